@@ -1,0 +1,172 @@
+"""params.yaml: loading, schema validation, scale overrides and per-run resolution.
+
+params.yaml is the one place a number lives. This module turns it into fully resolved
+configurations (one per experiment, one per (experiment, method, seed) run) that the CLI, the
+Snakefile and the tests all share, and refuses bad input before any work starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
+SCALES = ("paper", "smoke")
+
+
+class ConfigError(ValueError):
+    """params.yaml is malformed or asks for something impossible."""
+
+
+def deep_merge(base: dict, override: dict | None) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def _schema_for(params_path: Path) -> dict:
+    for root in (params_path.resolve().parent, Path.cwd()):
+        if (root / SCHEMA_PATH).exists():
+            return yaml.safe_load((root / SCHEMA_PATH).read_text())
+    raise ConfigError(f"schema {SCHEMA_PATH} not found next to {params_path}")
+
+
+def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
+    """Read, schema-check and semantically check params.yaml; apply ``scale`` (or params' own)."""
+    path = Path(path)
+    params = yaml.safe_load(path.read_text())
+    validate(params, _schema_for(path))
+    if scale is not None:
+        params["scale"] = scale
+    return params
+
+
+def validate(params: dict, schema: dict) -> None:
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(params), key=lambda e: list(e.path))
+    if errors:
+        lines = [f"  - {'.'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]
+        raise ConfigError("params.yaml does not match workflow/schemas/params.schema.yaml:\n" + "\n".join(lines))
+    check_semantics(params)
+
+
+def check_semantics(params: dict) -> None:
+    """Checks the schema cannot express: names that must exist, sizes that must fit."""
+    from fedbayes.data import DATASETS
+    from fedbayes.methods import METHODS
+    from fedbayes.models import MODELS
+
+    problems = []
+    if params.get("scale", "paper") not in SCALES:
+        problems.append(f"scale must be one of {SCALES}, got {params.get('scale')!r}")
+    for scale in SCALES:
+        p = dict(params, scale=scale)
+        for name in params["experiments"]:
+            e = experiment_config(p, name)
+            where = f"experiments.{name} (scale {scale})"
+            for key in ("dataset", "ood"):
+                if e.get(key) and e[key] not in DATASETS:
+                    problems.append(f"{where}: unknown {key} {e[key]!r}; known: {sorted(DATASETS)}")
+            for m in e["methods"]:
+                if m not in METHODS:
+                    problems.append(f"{where}: unknown method {m!r}; implemented: {sorted(METHODS)}")
+            if e["model"]["name"] not in MODELS:
+                problems.append(f"{where}: unknown model {e['model']['name']!r}; known: {sorted(MODELS)}")
+            ds = DATASETS.get(e["dataset"])
+            n_train = getattr(ds, "n_train", None)
+            if n_train:
+                n = round(n_train * e.get("subsample", 1.0))
+                if e["clients"] > n:
+                    problems.append(f"{where}: {e['clients']} clients but only {n} training points")
+            if any(r > e["rounds"] for r in e["report_rounds"]):
+                problems.append(f"{where}: report_rounds {e['report_rounds']} exceed rounds {e['rounds']}")
+        for s in seeds(p):
+            if s < 0:
+                problems.append(f"seeds must be non-negative, got {s}")
+    for t, spec in params.get("tables", {}).items():
+        for name in spec["experiments"]:
+            if name not in params["experiments"]:
+                problems.append(f"tables.{t}: unknown experiment {name!r}")
+    seed_list = params["seeds"]
+    if len(set(seed_list)) != len(seed_list):
+        problems.append(f"seeds must be unique, got {seed_list}")
+    if problems:
+        raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def seeds(params: dict) -> list[int]:
+    if params.get("scale", "paper") == "smoke":
+        return list(params.get("smoke", {}).get("seeds", params["seeds"]))
+    return list(params["seeds"])
+
+
+def experiment_config(params: dict, name: str) -> dict:
+    """The experiment's settings with the scale's overrides applied."""
+    if name not in params["experiments"]:
+        raise ConfigError(f"unknown experiment {name!r}; params.yaml defines {sorted(params['experiments'])}")
+    e = copy.deepcopy(params["experiments"][name])
+    if params.get("scale", "paper") == "smoke":
+        e = deep_merge(e, params.get("smoke", {}).get("experiment"))
+    e["name"] = name
+    return e
+
+
+def method_hparams(params: dict, experiment: str, method: str) -> dict:
+    """Local-training settings of the experiment, then the method's own values, then the method's
+    per-experiment overrides, then (at smoke scale) the smoke overrides."""
+    e = experiment_config(params, experiment)
+    spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
+    overrides = spec.pop("overrides", {}) or {}
+    hp = deep_merge(deep_merge(e["train"], spec), overrides.get(experiment))
+    if params.get("scale", "paper") == "smoke":
+        hp = deep_merge(hp, params.get("smoke", {}).get("train"))
+    return hp
+
+
+def partition_config(params: dict, experiment: str, seed: int) -> dict:
+    e = experiment_config(params, experiment)
+    return {"dataset": e["dataset"], "subsample": e.get("subsample", 1.0), "clients": e["clients"],
+            "partition": e["partition"], "seed": seed}
+
+
+def run_config(params: dict, experiment: str, method: str, seed: int) -> dict:
+    """Everything that determines one training run's numbers (its hash names the checkpoint)."""
+    e = experiment_config(params, experiment)
+    return {
+        "experiment": experiment, "method": method, "seed": seed, "scale": params.get("scale", "paper"),
+        "dataset": e["dataset"], "ood": e.get("ood"), "subsample": e.get("subsample", 1.0),
+        "clients": e["clients"], "partition": e["partition"], "participation": e.get("participation", 1.0),
+        "rounds": e["rounds"], "model": e["model"], "input_scale": e["input_scale"],
+        "hparams": method_hparams(params, experiment, method),
+        "save_rounds": save_rounds(e),
+    }
+
+
+def save_rounds(e: dict) -> list[int]:
+    """Rounds whose predictions are kept: the 3-round window ending at each reported round, and the last."""
+    keep = {e["rounds"]}
+    for r in e["report_rounds"]:
+        keep.update(range(max(1, r - 2), r + 1))
+    return sorted(keep)
+
+
+def config_hash(cfg: Any) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def paths(params: dict) -> dict:
+    """Output roots; smoke-scale runs live apart so they never overwrite paper-scale results."""
+    p = dict(params["paths"])
+    if params.get("scale", "paper") != "paper":
+        sub = params["scale"]
+        p["partitions"] = f"{p['partitions']}/{sub}"
+        p["runs"] = f"{p['runs']}/{sub}"
+        p["work"] = f"{p.get('work', 'work')}/{sub}"
+    p.setdefault("work", "work")
+    return p

@@ -1,0 +1,41 @@
+"""Raw datasets: fetch (verified, atomic) into ``data/raw/<name>/`` and load as arrays.
+
+>>> from fedbayes.data import fetch, load
+>>> fetch("fmnist")            # doctest: +SKIP
+>>> arrays = load("fmnist")    # doctest: +SKIP
+"""
+
+from .idx import parse_idx, read_idx, write_idx
+from .registry import (
+    DATASETS,
+    DEFAULT_ROOT,
+    Arrays,
+    DatasetSpec,
+    dataset_hash,
+    fetch,
+    get_spec,
+    load,
+    make_synthetic,
+    register,
+)
+from .sources import MIRRORS_ENV, DataIntegrityError, DataUnavailableError, FileSpec
+
+__all__ = [
+    "DATASETS",
+    "DEFAULT_ROOT",
+    "MIRRORS_ENV",
+    "Arrays",
+    "DataIntegrityError",
+    "DataUnavailableError",
+    "DatasetSpec",
+    "FileSpec",
+    "dataset_hash",
+    "fetch",
+    "get_spec",
+    "load",
+    "make_synthetic",
+    "parse_idx",
+    "read_idx",
+    "register",
+    "write_idx",
+]

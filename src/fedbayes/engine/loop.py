@@ -1,0 +1,200 @@
+"""The round loop for one (experiment, method, seed) run.
+
+Each round: sample clients, run their local updates from the broadcast state, aggregate, evaluate
+the global predictive on the test and OOD sets, append a history row, and write an atomic
+checkpoint. A killed run restarts from its last checkpoint and produces the same numbers as an
+uninterrupted one (all randomness is keyed by (seed, round, client), see ``seeds.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedbayes.config import config_hash
+from fedbayes.engine import seeds
+from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
+from fedbayes.methods import ClientData, Method, build_method
+from fedbayes.models import FlatModel, build_model
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class RunData:
+    """Tensors a run needs, already preprocessed and on the run's device."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    x_ood: torch.Tensor | None
+    n_classes: int
+    parts: list[np.ndarray]
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def preprocess(x: np.ndarray, scale: str, stats: tuple[float, float] | None = None) -> torch.Tensor:
+    """uint8 images → float32. ``raw``: pixel values 0–255 as floats (the authors' FMNIST code);
+    ``unit``: /255; ``standardize``: (x/255 − mean)/std with ``stats`` from the training data."""
+    t = torch.from_numpy(np.ascontiguousarray(x)).float()
+    if scale == "raw":
+        return t
+    t = t / 255.0
+    if scale == "unit":
+        return t
+    if scale == "standardize":
+        mean, std = stats
+        return (t - mean) / std
+    raise ValueError(f"unknown input_scale {scale!r}; choose raw, unit or standardize")
+
+
+def _nbytes(tensors: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+@torch.no_grad()
+def predict(method: Method, server, x: torch.Tensor, batch: int = 4096) -> np.ndarray:
+    """log p̄(y|x) of the method's predictive, (N, C), float32."""
+    chunks = [predictive_logprobs(method.predict_logits(server, x[i:i + batch]).float().cpu().numpy())
+              for i in range(0, len(x), batch)]
+    return np.concatenate(chunks).astype(np.float32)
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.device,
+                  log=print, stop_after: int | None = None) -> list[dict]:
+    """Train one run, writing ``history.csv``, ``predictions.npz``, ``posterior.pt``, ``run.json``.
+
+    ``stop_after`` ends the process-equivalent early after that many rounds (used by tests to
+    simulate a kill); the checkpoint is left behind exactly as a killed run would leave it.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    seed, rounds, hp = cfg["seed"], cfg["rounds"], cfg["hparams"]
+    key = config_hash(cfg)
+    sizes = np.array([len(p) for p in data.parts])
+
+    torch.manual_seed(seeds.torch_seed(seed, seeds.INIT))
+    module = build_model(cfg["model"]["name"], tuple(data.x_train.shape[1:]), data.n_classes,
+                         **{k: v for k, v in cfg["model"].items() if k != "name"})
+    fm = FlatModel(module.to(device))
+    method = build_method(cfg["method"], fm, hp, sizes)
+    clients = [ClientData(data.x_train[torch.from_numpy(p).to(device)], data.y_train[torch.from_numpy(p).to(device)])
+               for p in data.parts]
+
+    ckpt_path = out / CHECKPOINT
+    state = None
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, map_location=device, weights_only=True)
+        if state["config_hash"] != key:
+            log(f"ignoring checkpoint of another configuration ({state['config_hash']} != {key})")
+            state = None
+    if state is None:
+        server, client_states = method.init_state(fm.flat_params())
+        start, history, saved, wall = 1, [], {}, 0.0
+        history.append(_evaluate(method, server, data, 0, {}, log, cfg)[0])
+    else:
+        server, client_states = state["server"], state["clients"]
+        start, history, saved, wall = state["round"] + 1, state["history"], state["saved"], state["wall"]
+        log(f"resuming from round {state['round']} ({ckpt_path})")
+
+    save_rounds = set(cfg["save_rounds"])
+    n_part = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
+    for rnd in range(start, rounds + 1):
+        t0 = time.perf_counter()
+        picked = np.arange(len(sizes)) if n_part == len(sizes) else \
+            np.sort(seeds.rng(seed, seeds.SAMPLING, rnd).choice(len(sizes), n_part, replace=False))
+        down = method.broadcast(server)
+        messages, losses, up_bytes = {}, [], 0
+        for k in picked:
+            k = int(k)
+            torch.manual_seed(seeds.torch_seed(seed, seeds.TRAIN, rnd, k))
+            msg, client_states[k], loss = method.client_update(
+                k, down, client_states[k], clients[k], seeds.rng(seed, seeds.TRAIN, rnd, k), rnd)
+            messages[k] = msg
+            losses.append(loss)
+            up_bytes += _nbytes(msg)
+        server = method.server_update(server, messages, rnd)
+        dt = time.perf_counter() - t0
+        wall += dt
+        comm = {"train/loss": float(np.average(losses, weights=sizes[picked])), "clients": len(picked),
+                "time_s": dt, "wall_s": wall, "bytes_up": up_bytes, "bytes_down": _nbytes(down) * len(picked)}
+        row, logp = _evaluate(method, server, data, rnd, comm, log, cfg)
+        history.append(row)
+        if rnd in save_rounds:
+            saved[rnd] = logp
+        _atomic_save({"config_hash": key, "round": rnd, "server": server, "clients": client_states,
+                      "history": history, "saved": saved, "wall": wall}, ckpt_path)
+        if stop_after is not None and rnd >= stop_after:
+            return history
+
+    _write_outputs(out, cfg, key, history, saved, server, data, device)
+    ckpt_path.unlink(missing_ok=True)
+    return history
+
+
+def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) -> tuple[dict, dict]:
+    t0 = time.perf_counter()
+    logp = predict(method, server, data.x_test)
+    logp_ood = predict(method, server, data.x_ood) if data.x_ood is not None else None
+    m = classification_metrics(logp, data.y_test.cpu().numpy(), logp_ood)
+    row = {"round": rnd}
+    row.update({f"test/{k}": v for k, v in m.items() if not k.startswith("auroc")})
+    row.update({f"ood/{k}": v for k, v in m.items() if k.startswith("auroc")})
+    row.update(extra)
+    row["eval_s"] = time.perf_counter() - t0
+    logps = {"test": torch.from_numpy(logp), **({"ood": torch.from_numpy(logp_ood)} if logp_ood is not None else {})}
+    tag = f"[{cfg['experiment']} {cfg['method']} seed {cfg['seed']}]"
+    msg = f"{tag} round {rnd:3d}/{cfg['rounds']}  acc {m['acc']:.4f}  nll {m['nll']:.4f}  ece {m['ece']:.4f}"
+    if "time_s" in extra:
+        msg += f"  loss {extra['train/loss']:.4f}  {extra['time_s']:.2f}s"
+    log(msg)
+    return row, logps
+
+
+def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device) -> None:
+    cols = list(dict.fromkeys(c for row in history for c in row))
+    tmp = out / "history.csv.tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(history)
+    os.replace(tmp, out / "history.csv")
+
+    rounds = sorted(saved)
+    arrays = {"rounds": np.array(rounds), "y_test": data.y_test.cpu().numpy(),
+              "test_logp": np.stack([saved[r]["test"].numpy() for r in rounds])}
+    if data.x_ood is not None:
+        arrays["ood_logp"] = np.stack([saved[r]["ood"].numpy() for r in rounds])
+    tmp = out / "predictions.tmp.npz"
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, out / "predictions.npz")
+
+    _atomic_save({k: v.cpu() for k, v in server.items()}, out / "posterior.pt")
+    info = {"config": cfg, "config_hash": key, "device": str(device),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+            "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
+            "wall_s": history[-1].get("wall_s"), "client_sizes": [len(p) for p in data.parts]}
+    tmp = out / "run.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, out / "run.json")

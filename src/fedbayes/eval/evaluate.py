@@ -1,0 +1,41 @@
+"""metrics.json from a run's saved predictive log-probabilities, so a metric change never retrains."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fedbayes.eval.metrics import calibration, classification_metrics
+
+
+def prefixed(m: dict) -> dict:
+    return {(f"ood/{k}" if k.startswith("auroc") else f"test/{k}"): v for k, v in m.items()}
+
+
+def evaluate_run(run_dir: str | Path) -> dict:
+    run_dir = Path(run_dir)
+    pred = np.load(run_dir / "predictions.npz")
+    info = json.loads((run_dir / "run.json").read_text())
+    y = pred["y_test"]
+    rounds = [int(r) for r in pred["rounds"]]
+    per_round = {}
+    for i, r in enumerate(rounds):
+        ood = pred["ood_logp"][i] if "ood_logp" in pred else None
+        per_round[str(r)] = prefixed(classification_metrics(pred["test_logp"][i], y, ood))
+    final = rounds[-1]
+    cfg = info["config"]
+    out = {
+        "experiment": cfg["experiment"], "method": cfg["method"], "seed": cfg["seed"],
+        "scale": cfg["scale"], "config_hash": info["config_hash"], "final_round": final,
+        "final": per_round[str(final)], "rounds": per_round,
+        "reliability": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in b.items()}
+                        for b in calibration(pred["test_logp"][-1], y)["bins"]],
+        "wall_s": info.get("wall_s"), "device": info.get("device"),
+    }
+    tmp = run_dir / "metrics.json.tmp"
+    tmp.write_text(json.dumps(out, indent=1))
+    os.replace(tmp, run_dir / "metrics.json")
+    return out

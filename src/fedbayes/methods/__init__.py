@@ -1,0 +1,17 @@
+"""Federated methods, one module per family. ``METHODS`` maps the params.yaml name to the class."""
+
+from fedbayes.methods.base import ClientData, Method
+from fedbayes.methods.fedavg import FedAvg
+
+METHODS: dict[str, type[Method]] = {"fedavg": FedAvg}
+
+
+def build_method(name: str, fm, hp: dict, client_sizes) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; implemented: {sorted(METHODS)}")
+    m = METHODS[name](fm, hp, client_sizes)
+    m.name = name
+    return m
+
+
+__all__ = ["METHODS", "ClientData", "Method", "build_method"]

@@ -1,0 +1,123 @@
+"""The method interface and the shared local trainer.
+
+A federated method is a small module of tensor math on flat parameter vectors:
+
+* ``init_state(w0)``     server state (a dict holding at least the global weights ``"w"``) and the
+                         per-client states;
+* ``broadcast(server)``  what the server sends down each round;
+* ``client_update(...)`` what a client optimises and what it sends up;
+* ``server_update(...)`` what the server does with the messages;
+* ``predict_logits(...)`` how the method predicts: (N, C) for a point estimate, (S, N, C) for S
+                         posterior samples (the evaluator averages probabilities, never logits).
+
+The engine owns everything else (rounds, sampling, data, evaluation, checkpoints, tracking).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedbayes.models import FlatModel
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass
+class ClientData:
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class LocalResult:
+    w: torch.Tensor
+    mean_loss: float
+    steps: int
+
+
+@dataclass
+class Method:
+    """Base class: holds the model, hyperparameters and client sizes every method needs."""
+
+    fm: FlatModel
+    hp: dict
+    client_sizes: np.ndarray
+    name: str = field(default="", init=False)
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.client_sizes)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """N_k / N, the data-size weights of the clients."""
+        return self.client_sizes / self.client_sizes.sum()
+
+    def init_state(self, w0: torch.Tensor) -> tuple[Tensors, list[Tensors]]:
+        return {"w": w0.clone()}, [{} for _ in range(self.n_clients)]
+
+    def broadcast(self, server: Tensors) -> Tensors:
+        return {"w": server["w"]}
+
+    def client_update(self, k: int, down: Tensors, state: Tensors, data: ClientData,
+                      rng: np.random.Generator, rnd: int) -> tuple[Tensors, Tensors, float]:
+        """Returns (message up, new client state, mean local training loss)."""
+        raise NotImplementedError
+
+    def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
+        raise NotImplementedError
+
+    def predict_logits(self, server: Tensors, x: torch.Tensor) -> torch.Tensor:
+        return self.fm(server["w"], x)
+
+    def local_train(self, w_start: torch.Tensor, data: ClientData, rng: np.random.Generator,
+                    extra_loss: Callable[[torch.Tensor], torch.Tensor] | None = None) -> LocalResult:
+        """``local_epochs`` passes of minibatch Adam/SGD on mean CE (+ ``extra_loss(w)``), from ``w_start``.
+
+        Minibatches follow a fresh permutation of the client's data each epoch, drawn from ``rng``;
+        the last batch of an epoch may be smaller. The optimiser is re-created on every call.
+        """
+        hp = self.hp
+        w = w_start.detach().clone().requires_grad_(True)
+        opt = make_optimizer(hp.get("optimizer", "adam"), [w], hp["lr"])
+        n, bs = len(data), int(hp["batch_size"])
+        clip = hp.get("grad_clip")
+        total, steps = 0.0, 0
+        for _ in range(int(hp["local_epochs"])):
+            perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
+            for start in range(0, n, bs):
+                idx = perm[start:start + bs]
+                loss = F.cross_entropy(self.fm(w, data.x[idx]), data.y[idx])
+                total += loss.item()
+                if extra_loss is not None:
+                    loss = loss + extra_loss(w)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if clip:
+                    torch.nn.utils.clip_grad_norm_([w], clip)
+                opt.step()
+                steps += 1
+        return LocalResult(w.detach(), total / max(steps, 1), steps)
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown local optimiser {name!r}; choose adam or sgd")
+
+
+def weighted_mean(vectors: dict[int, torch.Tensor], weights: np.ndarray) -> torch.Tensor:
+    """Σ_k ω_k v_k / Σ_k ω_k over the clients present in ``vectors``."""
+    ks = sorted(vectors)
+    w = torch.tensor(weights[ks], dtype=vectors[ks[0]].dtype, device=vectors[ks[0]].device)
+    return torch.einsum("k,kp->p", w / w.sum(), torch.stack([vectors[k] for k in ks]))

@@ -1,0 +1,19 @@
+"""FedAvg (McMahan et al. 2017), as used by FedLap (spec §3.4) and BayesADMM.
+
+Client:  w_k ← E epochs of Adam on the mean loss ℓ̄_k, starting from the broadcast w_g.
+Server:  w_g ← Σ_k (N_k / N) w_k        (over the participating clients, renormalised).
+"""
+
+from __future__ import annotations
+
+from fedbayes.methods.base import Method, weighted_mean
+
+
+class FedAvg(Method):
+    def client_update(self, k, down, state, data, rng, rnd):
+        res = self.local_train(down["w"], data, rng)
+        return {"w": res.w}, state, res.mean_loss
+
+    def server_update(self, server, messages, rnd):
+        ws = {k: m["w"] for k, m in messages.items()}
+        return {**server, "w": weighted_mean(ws, self.client_sizes.astype(float))}

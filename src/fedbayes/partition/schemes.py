@@ -1,0 +1,338 @@
+"""Federated client partition schemes.
+
+Every function takes an explicit :class:`numpy.random.Generator` and never
+touches numpy's global random state, so a partition is a pure function of
+``(labels, n_clients, scheme, parameters, seed)``.
+
+All schemes return a list of ``n_clients`` sorted ``int64`` arrays of indices
+into the ``labels`` array that was passed in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = [
+    "SCHEMES",
+    "subsample",
+    "iid",
+    "dirichlet",
+    "label_dirichlet",
+    "shards",
+    "make_partition",
+    "class_counts",
+]
+
+SCHEMES = ("iid", "dirichlet", "label_dirichlet", "shards")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_rng(rng: Any) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (e.g. np.random.default_rng(seed)), "
+            f"got {type(rng).__name__}"
+        )
+    return rng
+
+
+def _as_labels(labels: Any) -> np.ndarray:
+    """Validate labels: 1-D, non-negative integers. Returns an int64 array."""
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise ValueError(f"labels must be 1-D, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError("labels is empty")
+    if not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.bool_):
+            arr = arr.astype(np.int64)
+        elif np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(
+            arr == np.round(arr)
+        ):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"labels must be integer class ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.min() < 0:
+        raise ValueError(f"labels must be non-negative, found {int(arr.min())}")
+    return arr
+
+
+def _check_n_clients(n_clients: Any, n: int) -> int:
+    if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)):
+        raise TypeError(f"n_clients must be an int, got {type(n_clients).__name__}")
+    k = int(n_clients)
+    if k < 1:
+        raise ValueError(f"n_clients must be >= 1, got {k}")
+    if k > n:
+        raise ValueError(f"n_clients={k} exceeds the number of data points ({n})")
+    return k
+
+
+def _check_alpha(name: str, value: Any) -> float:
+    a = float(value)
+    if not np.isfinite(a) or a <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return a
+
+
+def _check_min_size(min_size: Any, n_clients: int, n: int) -> int:
+    m = int(min_size)
+    if m < 0:
+        raise ValueError(f"min_size must be >= 0, got {min_size!r}")
+    if n_clients * m > n:
+        raise ValueError(
+            f"impossible partition: n_clients={n_clients} clients with min_size={m} "
+            f"need at least {n_clients * m} points, but the data has only {n}"
+        )
+    return m
+
+
+def _finalize(parts: list[list[np.ndarray]] | list[np.ndarray]) -> list[np.ndarray]:
+    out = []
+    for p in parts:
+        if isinstance(p, list):
+            p = np.concatenate(p) if p else np.empty(0, dtype=np.int64)
+        out.append(np.sort(np.asarray(p, dtype=np.int64)))
+    return out
+
+
+def _split_by_proportions(idx: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+    """Split ``idx`` into ``len(w)`` consecutive chunks with sizes proportional to ``w``.
+
+    Cut points are ``floor(cumsum(w)[:-1] * n)`` with ``w`` normalised to sum 1, so
+    every element of ``idx`` is assigned to exactly one chunk.
+    """
+    n = idx.size
+    w = np.asarray(w, dtype=np.float64)
+    s = w.sum()
+    if not np.isfinite(s) or s <= 0:  # numerical underflow of every weight: fall back to uniform
+        w = np.full(w.shape, 1.0 / w.size)
+    else:
+        w = w / s
+    cuts = np.floor(np.cumsum(w)[:-1] * n).astype(np.int64)
+    cuts = np.clip(cuts, 0, n)
+    cuts = np.maximum.accumulate(cuts) if cuts.size else cuts
+    return np.split(idx, cuts)
+
+
+def _class_index_lists(labels: np.ndarray) -> list[np.ndarray]:
+    n_classes = int(labels.max()) + 1
+    order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(n_classes + 1))
+    return [order[bounds[c] : bounds[c + 1]] for c in range(n_classes)]
+
+
+def _too_small_error(scheme: str, k: int, min_size: int, n: int, tries: int, smallest: int):
+    return ValueError(
+        f"{scheme}: could not draw a partition of {n} data points into n_clients={k} "
+        f"clients with every client holding >= min_size={min_size} points after "
+        f"max_tries={tries} attempts (smallest client in last attempt: {smallest}). "
+        f"Use fewer clients, a smaller min_size, or larger concentration parameters."
+    )
+
+
+# --------------------------------------------------------------------------- schemes
+
+
+def subsample(n: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Uniform (not stratified) random subset of ``range(n)`` of size ``round(fraction*n)``, sorted."""
+    _check_rng(rng)
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    f = float(fraction)
+    if not (0.0 < f <= 1.0):
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    size = int(round(f * n))
+    size = min(size, n)
+    return np.sort(rng.choice(n, size=size, replace=False).astype(np.int64))
+
+
+def iid(labels: Any, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random permutation split into ``n_clients`` (near-)equal parts."""
+    _check_rng(rng)
+    lab = _as_labels(labels)
+    k = _check_n_clients(n_clients, lab.size)
+    perm = rng.permutation(lab.size).astype(np.int64)
+    return _finalize(np.array_split(perm, k))
+
+
+def dirichlet(
+    labels: Any,
+    n_clients: int,
+    rng: np.random.Generator,
+    alpha1: float = 1.0,
+    alpha2: float = 0.5,
+    min_size: int = 1,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """Two-level Dirichlet split (client sizes and per-client class mixes).
+
+    ``p ~ Dir(alpha1 * 1_K)`` gives client size shares, ``pi_k ~ Dir(alpha2 * 1_C)``
+    the class mix of client ``k``; ``W[k, c] = p[k] * pi[k, c]``. The shuffled indices of
+    class ``c`` are split among clients in proportion to ``W[:, c]``. If any client ends
+    up with fewer than ``min_size`` points everything is redrawn from ``rng``.
+    """
+    _check_rng(rng)
+    lab = _as_labels(labels)
+    n = lab.size
+    k = _check_n_clients(n_clients, n)
+    a1 = _check_alpha("alpha1", alpha1)
+    a2 = _check_alpha("alpha2", alpha2)
+    m = _check_min_size(min_size, k, n)
+    tries = int(max_tries)
+    if tries < 1:
+        raise ValueError(f"max_tries must be >= 1, got {max_tries!r}")
+    by_class = _class_index_lists(lab)
+    n_classes = len(by_class)
+
+    smallest = 0
+    for _ in range(tries):
+        p = rng.dirichlet(np.full(k, a1))
+        pi = rng.dirichlet(np.full(n_classes, a2), size=k)
+        w = p[:, None] * pi
+        parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+        for c in range(n_classes):
+            idx = rng.permutation(by_class[c])
+            for j, chunk in enumerate(_split_by_proportions(idx, w[:, c])):
+                parts[j].append(chunk)
+        out = _finalize(parts)
+        smallest = min(part.size for part in out)
+        if smallest >= m:
+            return out
+    raise _too_small_error("dirichlet", k, m, n, tries, smallest)
+
+
+def label_dirichlet(
+    labels: Any,
+    n_clients: int,
+    rng: np.random.Generator,
+    alpha: float = 0.5,
+    min_size: int = 1,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """NIID-Bench style label skew: class ``c`` is split among clients by ``q_c ~ Dir(alpha * 1_K)``.
+
+    Same ``min_size`` redraw rule as :func:`dirichlet`.
+    """
+    _check_rng(rng)
+    lab = _as_labels(labels)
+    n = lab.size
+    k = _check_n_clients(n_clients, n)
+    a = _check_alpha("alpha", alpha)
+    m = _check_min_size(min_size, k, n)
+    tries = int(max_tries)
+    if tries < 1:
+        raise ValueError(f"max_tries must be >= 1, got {max_tries!r}")
+    by_class = _class_index_lists(lab)
+
+    smallest = 0
+    for _ in range(tries):
+        parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+        for idx_c in by_class:
+            q = rng.dirichlet(np.full(k, a))
+            idx = rng.permutation(idx_c)
+            for j, chunk in enumerate(_split_by_proportions(idx, q)):
+                parts[j].append(chunk)
+        out = _finalize(parts)
+        smallest = min(part.size for part in out)
+        if smallest >= m:
+            return out
+    raise _too_small_error("label_dirichlet", k, m, n, tries, smallest)
+
+
+def shards(
+    labels: Any,
+    n_clients: int,
+    rng: np.random.Generator,
+    classes_per_client: int = 2,
+    shard_size: int = 300,
+) -> list[np.ndarray]:
+    """McMahan et al. pathological non-IID split.
+
+    Indices are shuffled, stably sorted by label, cut into shards of ``shard_size``
+    consecutive indices, and each client receives ``classes_per_client`` shards drawn
+    without replacement. Points in a trailing partial shard or in unassigned shards are
+    left out.
+    """
+    _check_rng(rng)
+    lab = _as_labels(labels)
+    n = lab.size
+    k = _check_n_clients(n_clients, n)
+    cpc = int(classes_per_client)
+    ss = int(shard_size)
+    if cpc < 1:
+        raise ValueError(f"classes_per_client must be >= 1, got {classes_per_client!r}")
+    if ss < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size!r}")
+    need = k * cpc * ss
+    if need > n:
+        raise ValueError(
+            f"shards: n_clients={k} x classes_per_client={cpc} x shard_size={ss} = {need} "
+            f"points needed, but the data has only {n}"
+        )
+    perm = rng.permutation(n)
+    order = perm[np.argsort(lab[perm], kind="stable")].astype(np.int64)
+    n_shards = n // ss
+    shard_ids = rng.permutation(n_shards)[: k * cpc].reshape(k, cpc)
+    return _finalize(
+        [[order[s * ss : (s + 1) * ss] for s in shard_ids[j]] for j in range(k)]
+    )
+
+
+_DISPATCH: dict[str, Callable[..., list[np.ndarray]]] = {
+    "iid": iid,
+    "dirichlet": dirichlet,
+    "label_dirichlet": label_dirichlet,
+    "shards": shards,
+}
+
+
+def make_partition(
+    labels: Any, n_clients: int, scheme: str, rng: np.random.Generator, **kwargs: Any
+) -> list[np.ndarray]:
+    """Dispatch to one of :data:`SCHEMES` with scheme-specific keyword arguments."""
+    if scheme not in _DISPATCH:
+        raise ValueError(f"unknown partition scheme {scheme!r}; expected one of {SCHEMES}")
+    _check_rng(rng)
+    lab = _as_labels(labels)
+    _check_n_clients(n_clients, lab.size)
+    for key in ("alpha", "alpha1", "alpha2"):
+        if key in kwargs and kwargs[key] is not None:
+            _check_alpha(key, kwargs[key])
+    fn = _DISPATCH[scheme]
+    accepted = [
+        name
+        for name, prm in inspect.signature(fn).parameters.items()
+        if name not in ("labels", "n_clients", "rng")
+    ]
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise TypeError(
+            f"scheme {scheme!r} does not accept {unknown}; accepted keyword arguments: {accepted}"
+        )
+    return fn(lab, n_clients, rng, **kwargs)
+
+
+def class_counts(labels: Any, parts: list[np.ndarray], n_classes: int) -> np.ndarray:
+    """``(K, C)`` int64 histogram of labels per client."""
+    lab = _as_labels(labels)
+    c = int(n_classes)
+    if c < 1:
+        raise ValueError(f"n_classes must be >= 1, got {n_classes!r}")
+    if lab.max() >= c:
+        raise ValueError(f"labels contain class {int(lab.max())} but n_classes={c}")
+    out = np.zeros((len(parts), c), dtype=np.int64)
+    for j, p in enumerate(parts):
+        idx = np.asarray(p, dtype=np.int64)
+        if idx.size:
+            if idx.min() < 0 or idx.max() >= lab.size:
+                raise ValueError(f"client {j} has indices outside [0, {lab.size})")
+            out[j] = np.bincount(lab[idx], minlength=c)
+    return out

@@ -1,0 +1,59 @@
+"""Learning curves (test accuracy and NLL per round, mean ± std over seeds, published points overlaid)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from fedbayes.config import experiment_config, seeds
+
+PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats)", 1.0)]
+
+
+def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
+    from fedbayes.reports.published import published_value
+    from fedbayes.reports.tables import run_dir
+
+    exps = spec["experiments"]
+    fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * len(exps)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(exps), len(PANELS), squeeze=False)
+    for i, exp in enumerate(exps):
+        e = experiment_config(p, exp)
+        for method in spec["methods"]:
+            hist = [pd.read_csv(run_dir(p, exp, method, s) / "history.csv") for s in seeds(p)]
+            for j, (col, label, mult) in enumerate(PANELS):
+                ax = axes[i][j]
+                rounds = hist[0]["round"].to_numpy()
+                vals = np.stack([h[col].to_numpy() for h in hist]) * mult
+                mean, std = vals.mean(0), vals.std(0)
+                line, = ax.plot(rounds, mean, label=f"{method} (ours, {len(hist)} seeds)")
+                ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
+                pubs = [(r, published_value(spec.get("published", []), exp, method, col, r))
+                        for r in e["report_rounds"]] if p["scale"] == "paper" else []
+                pubs = [(r, v) for r, v in pubs if v]
+                if pubs:
+                    ax.errorbar([r for r, _ in pubs], [v[0] for _, v in pubs], yerr=[v[1] for _, v in pubs],
+                                fmt="o", color=line.get_color(), mfc="white", capsize=3,
+                                label=f"{method} published ({pubs[0][1][2]})")
+                ax.set_title(f"{exp}")
+                ax.set_xlabel("round")
+                ax.set_ylabel(label)
+                ax.grid(alpha=0.3)
+        for j, (col, _, _) in enumerate(PANELS):
+            lo = {"test/acc": 50}.get(col)
+            if lo is not None:
+                axes[i][j].set_ylim(bottom=lo)
+            if col == "test/nll":
+                axes[i][j].set_ylim(0.3, 1.5)
+        axes[i][0].legend(fontsize=8, loc="lower right")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)

@@ -1,0 +1,112 @@
+"""MLflow import of finished runs.
+
+Training jobs never talk to MLflow: they write history.csv / metrics.json / run.json. One
+``fedbayes track`` job per run imports those files afterwards. The Snakemake rule holds the
+``mlflow_db`` resource (profile: ``--resources mlflow_db=1``) so only one writer touches the SQLite
+store at a time, and every write retries on a locked database. Importing is idempotent: the run is
+identified by the tag ``run_key``, and an earlier import of the same key is deleted first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from fedbayes.config import paths, run_config
+
+NON_METRICS = {"round"}
+
+
+def tracking_uri(p: dict) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or p["paths"]["mlflow_uri"]
+
+
+def git_sha() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def with_retry(fn, attempts: int = 8, delay: float = 0.5):
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # sqlite "database is locked" surfaces as several exception types
+            if "locked" not in str(e).lower() or i == attempts - 1:
+                raise
+            time.sleep(delay * 2**i)
+
+
+def log_run(p: dict, experiment: str, method: str, seed: int, run_dir: str | Path,
+            partition_figure: str | None = None) -> str:
+    import mlflow
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    run_dir = Path(run_dir)
+    history = pd.read_csv(run_dir / "history.csv")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    info = json.loads((run_dir / "run.json").read_text())
+    cfg = run_config(p, experiment, method, seed)
+    key = f"{p['scale']}/{experiment}/{method}/seed{seed}"
+    exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
+
+    mlflow.set_tracking_uri(tracking_uri(p))
+    client = MlflowClient()
+
+    def get_experiment():
+        e = client.get_experiment_by_name(exp_name)
+        if e is not None:
+            return e.experiment_id
+        art = Path(paths(p).get("mlartifacts", "mlartifacts")).resolve() / exp_name
+        return client.create_experiment(exp_name, artifact_location=art.as_uri())
+
+    exp_id = with_retry(get_experiment)
+    for old in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'")):
+        with_retry(lambda: client.delete_run(old.info.run_id))
+
+    tags = {"run_key": key, "experiment": experiment, "method": method, "seed": str(seed),
+            "scale": p["scale"], "git_sha": git_sha(), "config_hash": info["config_hash"],
+            "partition_hash": info["config"].get("partition_hash", ""),
+            "device": info.get("device", ""), "device_name": info.get("device_name", ""),
+            "torch": info.get("torch", ""), "predictions": str((run_dir / "predictions.npz").resolve())}
+    run = with_retry(lambda: client.create_run(exp_id, run_name=f"{method}-seed{seed}",
+                                               tags={"mlflow.runName": f"{method}-seed{seed}", **tags}))
+    rid = run.info.run_id
+    now = int(time.time() * 1000)
+    params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items()]
+    series = [Metric(col, float(v), now, int(r)) for col in history.columns if col not in NON_METRICS
+              for r, v in zip(history["round"], history[col]) if pd.notna(v)]
+    final = [Metric(f"final/{k}", float(v), now, metrics["final_round"]) for k, v in metrics["final"].items()]
+    batch = series + final
+    with_retry(lambda: client.log_batch(rid, params=params[:100], tags=[RunTag(k, v) for k, v in tags.items()]))
+    for i in range(100, len(params), 100):
+        with_retry(lambda: client.log_batch(rid, params=params[i:i + 100]))
+    for i in range(0, len(batch), 1000):
+        with_retry(lambda: client.log_batch(rid, metrics=batch[i:i + 1000]))
+    for name in ("history.csv", "metrics.json", "run.json"):
+        client.log_artifact(rid, str(run_dir / name))
+    if partition_figure and Path(partition_figure).exists():
+        client.log_artifact(rid, partition_figure, artifact_path="partition")
+    with_retry(lambda: client.set_terminated(rid, "FINISHED"))
+    return rid

@@ -1,0 +1,60 @@
+# Shared helpers: resolved configuration, paths and the code each rule depends on.
+import json
+from pathlib import Path
+
+from fedbayes.config import check_semantics, experiment_config, partition_config, paths, run_config, seeds
+
+check_semantics(config)  # unknown names, impossible sizes: a clear error before any job
+
+SCALE = config["scale"]
+PATHS = paths(config)
+RAW, PART, RUNS, WORK, REPORTS = (PATHS[k] for k in ("raw", "partitions", "runs", "work", "reports"))
+
+# The CLI reads the effective configuration (params.yaml plus --config overrides) from this file;
+# rewritten only when its content changes, so it never triggers reruns by itself.
+EFFECTIVE = Path(WORK) / "params.effective.yaml"
+_text = json.dumps(config, indent=1, sort_keys=True)
+if not EFFECTIVE.exists() or EFFECTIVE.read_text() != _text:
+    EFFECTIVE.parent.mkdir(parents=True, exist_ok=True)
+    EFFECTIVE.write_text(_text)
+CLI = f"fedbayes {{cmd}} --params {EFFECTIVE}"
+
+
+def cli(cmd):
+    return CLI.format(cmd=cmd)
+
+
+def code(*parts):
+    """Package sources a rule runs: a change reruns the rule (Snakemake's code trigger sees only the shell)."""
+    root = Path(workflow.basedir) / "src" / "fedbayes"
+    files = []
+    for part in parts:
+        p = root / part
+        files += sorted(str(f) for f in (p.rglob("*.py") if p.is_dir() else [p]))
+    return files
+
+
+def experiment(name):
+    return experiment_config(config, name)
+
+
+def datasets_of(name):
+    e = experiment(name)
+    return [f"{RAW}/{d}" for d in (e["dataset"], e.get("ood")) if d]
+
+
+def partition_figure(wc):
+    if SCALE == "paper":
+        return f"{REPORTS}/figures/partitions/{wc.experiment}_seed{wc.seed}.png"
+    return f"{PART}/{wc.experiment}/seed{wc.seed}.png"
+
+
+def run_dir(experiment, method, seed):
+    return f"{RUNS}/{experiment}/{method}/seed{seed}"
+
+
+wildcard_constraints:
+    experiment="[a-z0-9][a-z0-9.-]*",
+    method="[a-z_]+",
+    seed=r"\d+",
+    dataset="[a-z0-9_]+",

@@ -1,0 +1,17 @@
+# One client split per (experiment, seed), shared by every method of the experiment.
+
+
+rule partition:
+    input:
+        data=lambda wc: datasets_of(wc.experiment)[:1],
+        code=code("partition", "config.py", "engine/seeds.py", "data"),
+    output:
+        npz=f"{PART}/{{experiment}}/seed{{seed}}.npz",
+        figure=f"{REPORTS}/figures/partitions/{{experiment}}_seed{{seed}}.png" if SCALE == "paper" else f"{PART}/{{experiment}}/seed{{seed}}.png",
+    params:
+        cfg=lambda wc: json.dumps(partition_config(config, wc.experiment, int(wc.seed)), sort_keys=True),
+    log:
+        f"{WORK}/logs/partition/{{experiment}}/seed{{seed}}.log",
+    shell:
+        cli("partition") + " --experiment {wildcards.experiment} --seed {wildcards.seed}"
+        " --out {output.npz} --figure {output.figure} 2>&1 | tee {log}"
