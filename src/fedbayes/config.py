@@ -89,10 +89,19 @@ def check_semantics(params: dict) -> None:
         for s in seeds(p):
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
+    from fedbayes.reports.published import load_paper
+
     for t, spec in params.get("tables", {}).items():
         for name in spec["experiments"]:
             if name not in params["experiments"]:
                 problems.append(f"tables.{t}: unknown experiment {name!r}")
+        for ref in spec.get("published", []):
+            paper, table = ref.split(":")
+            try:
+                if table not in load_paper(paper)["tables"]:
+                    problems.append(f"tables.{t}.published: paper {paper!r} has no table {table!r}")
+            except FileNotFoundError:
+                problems.append(f"tables.{t}.published: no published numbers for paper {paper!r}")
     seed_list = params["seeds"]
     if len(set(seed_list)) != len(seed_list):
         problems.append(f"seeds must be unique, got {seed_list}")

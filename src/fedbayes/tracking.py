@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbayes.config import paths, run_config
+from fedbayes.config import paths
 
 NON_METRICS = {"round"}
 
@@ -67,7 +67,7 @@ def log_run(p: dict, experiment: str, method: str, seed: int, run_dir: str | Pat
     history = pd.read_csv(run_dir / "history.csv")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     info = json.loads((run_dir / "run.json").read_text())
-    cfg = run_config(p, experiment, method, seed)
+    cfg = info["config"]  # what actually produced these numbers
     key = f"{p['scale']}/{experiment}/{method}/seed{seed}"
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
 

@@ -40,7 +40,7 @@ def experiment(name):
 
 def datasets_of(name):
     e = experiment(name)
-    return [f"{RAW}/{d}" for d in (e["dataset"], e.get("ood")) if d]
+    return [f"{RAW}/{d}/manifest.json" for d in (e["dataset"], e.get("ood")) if d]
 
 
 def partition_figure(wc):

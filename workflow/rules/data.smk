@@ -1,10 +1,11 @@
 # Raw datasets, fetched from the first source that works (local mirror, package, official download)
-# and verified against official checksums. DVC tracks data/raw/ (dvc.yaml stage `data`).
+# and verified against official checksums. The job's output is data/raw/<dataset>/manifest.json,
+# rewritten only when the verified content changes. DVC tracks data/raw/<dataset>/ (stage `data`).
 
 
 rule data:
     output:
-        directory(f"{RAW}/{{dataset}}"),
+        f"{RAW}/{{dataset}}/manifest.json",
     log:
         f"{WORK}/logs/data/{{dataset}}.log",
     shell:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
+import os
 import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -292,7 +294,25 @@ def fetch(name: str, root: Path | str = DEFAULT_ROOT, mirrors: list[str] | None 
         if created and not any(dest.iterdir()):
             dest.rmdir()
         raise DataUnavailableError(_format_unavailable(spec, dest, problems))
+    _write_manifest(name, dest, root)
     return dest
+
+
+MANIFEST = "manifest.json"
+
+
+def _write_manifest(name: str, dest: Path, root: Path | str) -> None:
+    """``manifest.json``: the verified files and the dataset hash. Written (atomically) only when its
+    content changes, so re-fetching an intact dataset leaves every timestamp alone and downstream
+    Snakemake jobs are not rerun."""
+    text = json.dumps({"dataset": name, "hash": dataset_hash(name, root),
+                       "files": sorted(f.name for f in get_spec(name).files)}, indent=1) + "\n"
+    path = dest / MANIFEST
+    if path.is_file() and path.read_text() == text:
+        return
+    tmp = dest / (MANIFEST + ".part")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _fetched_dir(spec: DatasetSpec, root: Path | str) -> Path:

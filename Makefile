@@ -1,0 +1,46 @@
+# fedbayes — set-up and the main targets. `make table1` and `make test` work on a fresh clone.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# torch/torchvision from this machine's local wheels (pip's constraint file caps them at these versions)
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: setup data table1 smoke test bench clean-smoke mlflow-ui
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_PINS)
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed data-source
+
+# Fashion-MNIST: Debian's dataset-fashion-mnist package when we are root with apt (offline), otherwise
+# `fedbayes data` falls back to the official download (URLs + checksums in src/fedbayes/data).
+.PHONY: data-source
+data-source:
+	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing dataset-fashion-mnist (Debian package)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
+	fi
+
+data: setup
+	fedbayes data fmnist mnist5k
+
+table1: setup
+	snakemake --cores all reports/table1.csv
+
+smoke: setup
+	snakemake --cores all reports/table1.csv --config scale=smoke
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+bench: setup
+	$(PY) benchmarks/bench_fedavg.py
+
+mlflow-ui:
+	mlflow ui --backend-store-uri sqlite:///mlflow.db

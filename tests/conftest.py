@@ -1,0 +1,48 @@
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def synthetic_run_data():
+    """A tiny federated problem on the synthetic image set: 4 Dirichlet clients, OOD = noise."""
+    from fedbayes.data import make_synthetic
+    from fedbayes.engine import RunData, preprocess
+    from fedbayes.partition import make_partition
+
+    a = make_synthetic()
+    idx = np.arange(400)
+    parts = [idx[p] for p in make_partition(a["y_train"][idx], 4, "dirichlet", np.random.default_rng(0), min_size=8)]
+    rng = np.random.default_rng(1)
+    ood = rng.integers(0, 256, size=(100, 28, 28), dtype=np.uint8)
+    return RunData(
+        x_train=preprocess(a["x_train"], "unit"), y_train=torch.from_numpy(a["y_train"]).long(),
+        x_test=preprocess(a["x_test"][:200], "unit"), y_test=torch.from_numpy(a["y_test"][:200]).long(),
+        x_ood=preprocess(ood, "unit"), n_classes=10, parts=parts)
+
+
+def small_cfg(**over):
+    cfg = {
+        "experiment": "synthetic-test", "method": "fedavg", "seed": 3, "scale": "smoke", "dataset": "synthetic",
+        "ood": None, "subsample": 1.0, "clients": 4, "partition": {"scheme": "dirichlet"}, "participation": 1.0,
+        "rounds": 4, "model": {"name": "mlp", "hidden": [32, 16], "activation": "relu"}, "input_scale": "unit",
+        "hparams": {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1},
+        "save_rounds": [2, 3, 4],
+    }
+    cfg.update(over)
+    return cfg
+
+
+@pytest.fixture
+def cfg_factory():
+    return small_cfg

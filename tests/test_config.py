@@ -1,0 +1,124 @@
+"""params.yaml validation: the schema and the semantic checks refuse bad input before any work."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from fedbayes.config import (ConfigError, config_hash, load_params, method_hparams, paths,
+                             run_config, save_rounds, seeds, validate)
+
+
+@pytest.fixture
+def params(repo):
+    return yaml.safe_load((repo / "params.yaml").read_text())
+
+
+@pytest.fixture
+def schema(repo):
+    return yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text())
+
+
+def test_repo_params_are_valid(params, schema):
+    validate(params, schema)
+
+
+def bad(params, schema, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(params, schema)
+
+
+def test_unknown_method(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["methods"] = ["fedavg", "fedmagic"]
+    bad(params, schema, r"unknown method 'fedmagic'.*implemented")
+
+
+def test_unknown_dataset(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["dataset"] = "imagenet"
+    bad(params, schema, r"unknown dataset 'imagenet'")
+
+
+@pytest.mark.parametrize("key", ["alpha1", "alpha2"])
+@pytest.mark.parametrize("value", [0, -0.5])
+def test_nonpositive_alpha(params, schema, key, value):
+    params["experiments"]["fmnist10-dir-k10"]["partition"][key] = value
+    bad(params, schema, rf"partition.{key}")
+
+
+def test_more_clients_than_data(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["clients"] = 7000  # 10% of 60,000 = 6,000 points
+    bad(params, schema, r"7000 clients but only 6000 training points")
+
+
+@pytest.mark.parametrize("seed_list, match", [
+    (["a", 1], r"seeds\.0"), ([], r"seeds"), ([1, 1], r"seeds must be unique"), ([-1], r"seeds\.0"), (3, r"seeds"),
+])
+def test_malformed_seeds(params, schema, seed_list, match):
+    params["seeds"] = seed_list
+    bad(params, schema, match)
+
+
+def test_report_round_past_the_end(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["report_rounds"] = [10, 60]
+    bad(params, schema, r"report_rounds \[10, 60\] exceed rounds 50")
+
+
+def test_unknown_key_is_refused(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["roundz"] = 3
+    bad(params, schema, r"roundz")
+
+
+def test_scale_smoke_overrides(params):
+    params["scale"] = "smoke"
+    assert seeds(params) == params["smoke"]["seeds"]
+    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0)
+    assert cfg["rounds"] == params["smoke"]["experiment"]["rounds"]
+    assert cfg["hparams"]["local_epochs"] == params["smoke"]["train"]["local_epochs"]
+    assert paths(params)["runs"].endswith("/smoke")
+
+
+def test_method_hparams_precedence(params):
+    p = copy.deepcopy(params)
+    p["experiments"]["fmnist10-iid-k10"]["train"]["lr"] = 0.01
+    p["methods"]["fedavg"] = {"local_epochs": 7, "overrides": {"fmnist10-dir-k10": {"local_epochs": 2}}}
+    assert method_hparams(p, "fmnist10-iid-k10", "fedavg")["local_epochs"] == 7
+    assert method_hparams(p, "fmnist10-iid-k10", "fedavg")["lr"] == 0.01
+    assert method_hparams(p, "fmnist10-dir-k10", "fedavg")["local_epochs"] == 2
+
+
+def test_run_config_hash_tracks_what_matters(params):
+    a = run_config(params, "fmnist10-iid-k10", "fedavg", 0)
+    p = copy.deepcopy(params)
+    p["methods"]["fedavg"]["local_epochs"] = 10
+    assert config_hash(a) != config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0))
+    p = copy.deepcopy(params)
+    p["tables"]["table1"]["tolerance"]["test/acc"] = 3.0  # table settings never retrain
+    assert config_hash(a) == config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0))
+
+
+def test_save_rounds_cover_report_windows():
+    assert save_rounds({"rounds": 50, "report_rounds": [10, 25, 50]}) == [8, 9, 10, 23, 24, 25, 48, 49, 50]
+    assert save_rounds({"rounds": 3, "report_rounds": [1]}) == [1, 3]
+
+
+def test_cli_refuses_bad_params_with_clear_error(tmp_path, repo, params):
+    params["experiments"]["fmnist10-dir-k10"]["partition"]["alpha2"] = -1
+    bad_file = tmp_path / "params.yaml"
+    bad_file.write_text(yaml.safe_dump(params))
+    (tmp_path / "workflow/schemas").mkdir(parents=True)
+    (tmp_path / "workflow/schemas/params.schema.yaml").write_text((repo / "workflow/schemas/params.schema.yaml").read_text())
+    r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "validate", "--params", str(bad_file)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "alpha2" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_load_params_applies_scale(repo):
+    assert load_params(repo / "params.yaml", scale="smoke")["scale"] == "smoke"
+
+
+def test_unknown_published_reference(params, schema):
+    params["tables"]["table1"]["published"] = ["bayesadmm:table9"]
+    bad(params, schema, r"paper 'bayesadmm' has no table 'table9'")

@@ -1,0 +1,131 @@
+"""Engine, model and FedAvg: aggregation, determinism, resume after a kill, outputs."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedbayes.engine import preprocess, run_federated
+from fedbayes.engine.loop import CHECKPOINT
+from fedbayes.methods import ClientData, build_method
+from fedbayes.models import FlatModel, build_model
+
+METRIC_COLS = ["test/acc", "test/nll", "test/ece", "test/brier", "ood/auroc_entropy", "train/loss"]
+
+
+def quiet(_msg):
+    pass
+
+
+def test_flat_model_matches_module():
+    torch.manual_seed(0)
+    module = build_model("mlp", (28, 28), 10, hidden=[20, 7], activation="sigmoid")
+    fm = FlatModel(module)
+    assert fm.n_params == 784 * 20 + 20 + 20 * 7 + 7 + 7 * 10 + 10
+    w = fm.flat_params()
+    x = torch.randn(5, 28, 28)
+    torch.testing.assert_close(fm(w, x), module(x))
+    # gradients reach the flat vector
+    w.requires_grad_(True)
+    fm(w, x).sum().backward()
+    assert w.grad is not None and w.grad.abs().sum() > 0
+
+
+def test_mlp_paper_size():
+    assert FlatModel(build_model("mlp", (28, 28), 10, hidden=[200, 100])).n_params == 178_110
+
+
+def test_fedavg_aggregation_is_data_weighted_mean():
+    fm = FlatModel(build_model("mlp", (4,), 3, hidden=[5]))
+    sizes = np.array([10, 30, 60])
+    m = build_method("fedavg", fm, {"lr": 1e-3, "batch_size": 4, "local_epochs": 1}, sizes)
+    server, _ = m.init_state(fm.flat_params())
+    g = torch.Generator().manual_seed(0)
+    msgs = {k: {"w": torch.randn(fm.n_params, generator=g)} for k in range(3)}
+    new = m.server_update(server, msgs, rnd=1)
+    brute = sum(sizes[k] / sizes.sum() * msgs[k]["w"] for k in range(3))
+    torch.testing.assert_close(new["w"], brute)
+    # partial participation renormalises over the participants
+    part = m.server_update(server, {0: msgs[0], 2: msgs[2]}, rnd=1)
+    torch.testing.assert_close(part["w"], (10 * msgs[0]["w"] + 60 * msgs[2]["w"]) / 70)
+
+
+def test_local_training_lowers_the_loss(synthetic_run_data):
+    d = synthetic_run_data
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("mlp", (28, 28), 10, hidden=[32], activation="relu"))
+    m = build_method("fedavg", fm, {"lr": 3e-3, "batch_size": 32, "local_epochs": 5}, np.array([400]))
+    data = ClientData(d.x_train[:400], d.y_train[:400])
+    w0 = fm.flat_params()
+    before = torch.nn.functional.cross_entropy(fm(w0, data.x), data.y).item()
+    res = m.local_train(w0, data, np.random.default_rng(0))
+    after = torch.nn.functional.cross_entropy(fm(res.w, data.x), data.y).item()
+    assert res.steps == 5 * 13
+    assert after < 0.5 * before
+
+
+def test_preprocess_scales():
+    x = np.array([[0, 255]], dtype=np.uint8)
+    assert preprocess(x, "raw").tolist() == [[0.0, 255.0]]
+    assert preprocess(x, "unit").tolist() == [[0.0, 1.0]]
+    torch.testing.assert_close(preprocess(x, "standardize", (0.5, 0.5)), torch.tensor([[-1.0, 1.0]]))
+    with pytest.raises(ValueError, match="input_scale"):
+        preprocess(x, "bogus")
+
+
+def test_run_writes_outputs_and_learns(tmp_path, synthetic_run_data, cfg_factory):
+    cfg = cfg_factory()
+    hist = run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    df = pd.read_csv(tmp_path / "history.csv")
+    assert list(df["round"]) == [0, 1, 2, 3, 4] and len(hist) == 5
+    assert df["test/acc"].iloc[-1] > 0.5 > df["test/acc"].iloc[0]
+    assert (df["bytes_up"].iloc[1:] == 4 * 4 * FlatModel(build_model("mlp", (28, 28), 10, hidden=[32, 16])).n_params).all()
+    pred = np.load(tmp_path / "predictions.npz")
+    assert pred["rounds"].tolist() == [2, 3, 4]
+    assert pred["test_logp"].shape == (3, 200, 10)
+    np.testing.assert_allclose(np.exp(pred["test_logp"]).sum(-1), 1.0, atol=1e-5)
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["client_sizes"] == [len(p) for p in synthetic_run_data.parts]
+    assert not (tmp_path / CHECKPOINT).exists()
+
+
+def test_same_seed_same_numbers_other_seed_differs(tmp_path, synthetic_run_data, cfg_factory):
+    a = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=quiet)
+    b = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
+    c = run_federated(cfg_factory(seed=4), synthetic_run_data, tmp_path / "c", torch.device("cpu"), log=quiet)
+    pick = lambda h: [[r[k] for k in METRIC_COLS if k in r] for r in h]  # noqa: E731
+    assert pick(a) == pick(b)
+    assert pick(a) != pick(c)
+
+
+def test_resume_after_kill_gives_same_history(tmp_path, synthetic_run_data, cfg_factory):
+    full = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
+    out = tmp_path / "killed"
+    run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
+    assert (out / CHECKPOINT).exists() and not (out / "history.csv").exists()
+    logs = []
+    resumed = run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+    assert any("resuming from round 2" in m for m in logs)
+    assert not any("round   1/" in m for m in logs)  # rounds 1-2 were not recomputed
+    a = pd.read_csv(tmp_path / "full" / "history.csv")[["round"] + METRIC_COLS]
+    b = pd.read_csv(out / "history.csv")[["round"] + METRIC_COLS]
+    pd.testing.assert_frame_equal(a, b)
+    np.testing.assert_array_equal(np.load(tmp_path / "full" / "predictions.npz")["test_logp"],
+                                  np.load(out / "predictions.npz")["test_logp"])
+    assert len(resumed) == len(full)
+
+
+def test_checkpoint_of_other_config_is_ignored(tmp_path, synthetic_run_data, cfg_factory):
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet, stop_after=2)
+    logs = []
+    run_federated(cfg_factory(hparams={**cfg_factory()["hparams"], "lr": 0.01}), synthetic_run_data, tmp_path,
+                  torch.device("cpu"), log=logs.append)
+    assert any("ignoring checkpoint" in m for m in logs)
+    assert pd.read_csv(tmp_path / "history.csv")["round"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_partial_participation_samples_clients(tmp_path, synthetic_run_data, cfg_factory):
+    hist = run_federated(cfg_factory(participation=0.5), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    assert [r["clients"] for r in hist[1:]] == [2, 2, 2, 2]
