@@ -67,40 +67,14 @@ def cmd_partition(args) -> None:
           f"(total {sizes.sum()}), hash {h[:12]}")
 
 
-def load_run_data(p: dict, cfg: dict, partition_path: str, device):
-    """Arrays → preprocessed tensors on ``device`` for one run."""
-    import torch
-
-    from fedbayes import data as ds
-    from fedbayes.engine import RunData, preprocess
-    from fedbayes.partition import load_partition
-
-    raw = p["paths"]["raw"]
-    arrays = ds.load(cfg["dataset"], root=raw)
-    parts, meta = load_partition(partition_path)
-    used = np.concatenate(parts)
-    x_used = arrays.x_train[used].astype(np.float32) / 255.0
-    stats = (float(x_used.mean()), float(x_used.std()))
-    x_ood = None
-    if cfg.get("ood"):
-        x_ood = preprocess(ds.load(cfg["ood"], root=raw).x_test, cfg["input_scale"], stats).to(device)
-    data = RunData(
-        x_train=preprocess(arrays.x_train, cfg["input_scale"], stats).to(device),
-        y_train=torch.from_numpy(arrays.y_train).long().to(device),
-        x_test=preprocess(arrays.x_test, cfg["input_scale"], stats).to(device),
-        y_test=torch.from_numpy(arrays.y_test).long().to(device),
-        x_ood=x_ood, n_classes=arrays.n_classes, parts=parts)
-    return data, meta
-
-
 def cmd_train(args) -> None:
     import torch
 
     from fedbayes.config import run_config
-    from fedbayes.engine import pick_device, run_federated
+    from fedbayes.engine import load_run_data, pick_device, run_federated
 
     p = _params(args)
-    cfg = run_config(p, args.experiment, args.method, args.seed)
+    cfg = run_config(p, args.experiment, args.method, args.seed, args.point)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(p.get("device", "auto"))
@@ -125,16 +99,38 @@ def cmd_table(args) -> None:
     print(df.to_string(index=False, max_colwidth=40))
 
 
+def cmd_select(args) -> None:
+    from fedbayes.reports.selection import write_selection
+
+    sel = write_selection(_params(args), args.experiment, args.method, args.out)
+    for c in sel["candidates"]:
+        print(f"{args.experiment}/{args.method} {c['point']:>20}: {sel['criterion']['metric']} = {c['value']:.4f}"
+              + ("   <- selected" if c["point"] == sel["point"] else ""))
+
+
+def cmd_sweep_report(args) -> None:
+    from fedbayes.config import experiment_config
+    from fedbayes.reports.selection import sweep_frame
+
+    p = _params(args)
+    df = sweep_frame(p, args.experiment, experiment_config(p, args.experiment)["methods"])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(args.out + ".tmp")
+    df.to_csv(tmp, index=False, float_format="%.6g")
+    os.replace(tmp, args.out)
+    print(df.to_string(index=False))
+
+
 def cmd_track(args) -> None:
     from fedbayes.tracking import log_run
 
     p = _params(args)
-    run_id = log_run(p, args.experiment, args.method, args.seed, args.run_dir,
-                     partition_figure=args.partition_figure)
+    run_id = log_run(p, args.experiment, args.method, args.point, args.seed, args.run_dir,
+                     partition_figure=args.partition_figure, selected=args.selected)
     if args.marker:
         Path(args.marker).parent.mkdir(parents=True, exist_ok=True)
         Path(args.marker).write_text(run_id + "\n")
-    print(f"MLflow run {run_id} ({args.experiment}/{args.method}/seed{args.seed})")
+    print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{args.point}/seed{args.seed})")
 
 
 def main(argv=None) -> None:
@@ -166,6 +162,7 @@ def main(argv=None) -> None:
     sp = with_params(sub.add_parser("train", help="run one (experiment, method, seed)"))
     sp.add_argument("--experiment", required=True)
     sp.add_argument("--method", required=True)
+    sp.add_argument("--point", default="default", help="sweep point id (see params.yaml methods.<m>.sweep)")
     sp.add_argument("--seed", type=int, required=True)
     sp.add_argument("--partition", required=True)
     sp.add_argument("--out", required=True)
@@ -181,10 +178,23 @@ def main(argv=None) -> None:
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_table)
 
+    sp = with_params(sub.add_parser("select", help="pick a method's sweep point by params.yaml `selection`"))
+    sp.add_argument("--experiment", required=True)
+    sp.add_argument("--method", required=True)
+    sp.add_argument("--out")
+    sp.set_defaults(fn=cmd_select)
+
+    sp = with_params(sub.add_parser("sweep-report", help="every sweep point of an experiment, with the selection"))
+    sp.add_argument("--experiment", required=True)
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_sweep_report)
+
     sp = with_params(sub.add_parser("track", help="import one run into MLflow (idempotent)"))
     sp.add_argument("--experiment", required=True)
     sp.add_argument("--method", required=True)
+    sp.add_argument("--point", default="default")
     sp.add_argument("--seed", type=int, required=True)
+    sp.add_argument("--selected", help="the (experiment, method) selection JSON; tags the run selected=true/false")
     sp.add_argument("--run-dir", required=True)
     sp.add_argument("--partition-figure")
     sp.add_argument("--marker")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,15 @@ def check_semantics(params: dict) -> None:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def selection(params: dict, experiment: str) -> dict:
+    """How a sweep point is chosen: the table metric/statistic at the experiment's last reported
+    round, on the first seed (``params.selection``)."""
+    sel = dict(params["selection"])
+    sel["round"] = experiment_config(params, experiment)["report_rounds"][-1]
+    sel["seed"] = seeds(params)[0]
+    return sel
+
+
 def seeds(params: dict) -> list[int]:
     if params.get("scale", "paper") == "smoke":
         return list(params.get("smoke", {}).get("seeds", params["seeds"]))
@@ -126,16 +136,47 @@ def experiment_config(params: dict, name: str) -> dict:
     return e
 
 
-def method_hparams(params: dict, experiment: str, method: str) -> dict:
-    """Local-training settings of the experiment, then the method's own values, then the method's
-    per-experiment overrides, then (at smoke scale) the smoke overrides."""
-    e = experiment_config(params, experiment)
+DEFAULT_POINT = "default"
+
+
+def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict]:
+    """(fixed hyperparameters, sweep grid) of a method in an experiment, overrides applied."""
     spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
-    overrides = spec.pop("overrides", {}) or {}
-    hp = deep_merge(deep_merge(e["train"], spec), overrides.get(experiment))
+    over = copy.deepcopy((spec.pop("overrides", None) or {}).get(experiment) or {})
+    grid = over.pop("sweep", spec.pop("sweep", None)) or {}
+    return deep_merge(spec, over), grid
+
+
+def sweep_points(params: dict, experiment: str, method: str) -> dict[str, dict]:
+    """The grid of a method's sweep as {point id: hyperparameter values}, in grid order.
+
+    A point id names its values (``local_epochs=5``, keys sorted, joined by ``+``); a method without
+    a sweep has the single point ``default``. At smoke scale only the first ``smoke.sweep_limit``
+    points run."""
+    _, grid = _method_spec(params, experiment, method)
+    if not grid:
+        return {DEFAULT_POINT: {}}
+    keys = sorted(grid)
+    points = {"+".join(f"{k}={v}" for k, v in zip(keys, vals)): dict(zip(keys, vals))
+              for vals in itertools.product(*(grid[k] for k in keys))}
+    if params.get("scale", "paper") == "smoke":
+        limit = params.get("smoke", {}).get("sweep_limit")
+        points = dict(list(points.items())[:limit]) if limit else points
+    return points
+
+
+def method_hparams(params: dict, experiment: str, method: str, point: str = DEFAULT_POINT) -> dict:
+    """Local-training settings of the experiment, then the method's own values, then its
+    per-experiment overrides, then (at smoke scale) the smoke overrides, then the sweep point."""
+    e = experiment_config(params, experiment)
+    fixed, _ = _method_spec(params, experiment, method)
+    hp = deep_merge(e["train"], fixed)
     if params.get("scale", "paper") == "smoke":
         hp = deep_merge(hp, params.get("smoke", {}).get("train"))
-    return hp
+    points = sweep_points(params, experiment, method)
+    if point not in points:
+        raise ConfigError(f"{experiment}/{method}: no sweep point {point!r}; the grid has {list(points)}")
+    return deep_merge(hp, points[point])
 
 
 def partition_config(params: dict, experiment: str, seed: int) -> dict:
@@ -144,15 +185,16 @@ def partition_config(params: dict, experiment: str, seed: int) -> dict:
             "partition": e["partition"], "seed": seed}
 
 
-def run_config(params: dict, experiment: str, method: str, seed: int) -> dict:
+def run_config(params: dict, experiment: str, method: str, seed: int, point: str = DEFAULT_POINT) -> dict:
     """Everything that determines one training run's numbers (its hash names the checkpoint)."""
     e = experiment_config(params, experiment)
     return {
-        "experiment": experiment, "method": method, "seed": seed, "scale": params.get("scale", "paper"),
+        "experiment": experiment, "method": method, "point": point, "seed": seed,
+        "scale": params.get("scale", "paper"),
         "dataset": e["dataset"], "ood": e.get("ood"), "subsample": e.get("subsample", 1.0),
         "clients": e["clients"], "partition": e["partition"], "participation": e.get("participation", 1.0),
         "rounds": e["rounds"], "model": e["model"], "input_scale": e["input_scale"],
-        "hparams": method_hparams(params, experiment, method),
+        "hparams": method_hparams(params, experiment, method, point),
         "save_rounds": save_rounds(e),
     }
 

@@ -57,8 +57,8 @@ def with_retry(fn, attempts: int = 8, delay: float = 0.5):
             time.sleep(delay * 2**i)
 
 
-def log_run(p: dict, experiment: str, method: str, seed: int, run_dir: str | Path,
-            partition_figure: str | None = None) -> str:
+def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
+            partition_figure: str | None = None, selected: str | None = None) -> str:
     import mlflow
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
@@ -68,7 +68,8 @@ def log_run(p: dict, experiment: str, method: str, seed: int, run_dir: str | Pat
     metrics = json.loads((run_dir / "metrics.json").read_text())
     info = json.loads((run_dir / "run.json").read_text())
     cfg = info["config"]  # what actually produced these numbers
-    key = f"{p['scale']}/{experiment}/{method}/seed{seed}"
+    key = f"{p['scale']}/{experiment}/{method}/{point}/seed{seed}"
+    name = f"{method}[{point}]-seed{seed}" if point != "default" else f"{method}-seed{seed}"
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
 
     mlflow.set_tracking_uri(tracking_uri(p))
@@ -85,13 +86,14 @@ def log_run(p: dict, experiment: str, method: str, seed: int, run_dir: str | Pat
     for old in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'")):
         with_retry(lambda: client.delete_run(old.info.run_id))
 
-    tags = {"run_key": key, "experiment": experiment, "method": method, "seed": str(seed),
+    tags = {"run_key": key, "experiment": experiment, "method": method, "point": point, "seed": str(seed),
             "scale": p["scale"], "git_sha": git_sha(), "config_hash": info["config_hash"],
             "partition_hash": info["config"].get("partition_hash", ""),
             "device": info.get("device", ""), "device_name": info.get("device_name", ""),
             "torch": info.get("torch", ""), "predictions": str((run_dir / "predictions.npz").resolve())}
-    run = with_retry(lambda: client.create_run(exp_id, run_name=f"{method}-seed{seed}",
-                                               tags={"mlflow.runName": f"{method}-seed{seed}", **tags}))
+    if selected:
+        tags["selected"] = str(json.loads(Path(selected).read_text())["point"] == point).lower()
+    run = with_retry(lambda: client.create_run(exp_id, run_name=name, tags={"mlflow.runName": name, **tags}))
     rid = run.info.run_id
     now = int(time.time() * 1000)
     params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items()]

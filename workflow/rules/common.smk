@@ -2,7 +2,8 @@
 import json
 from pathlib import Path
 
-from fedbayes.config import check_semantics, experiment_config, partition_config, paths, run_config, seeds
+from fedbayes.config import (check_semantics, experiment_config, partition_config, paths, run_config, seeds,
+                             selection, sweep_points)
 
 check_semantics(config)  # unknown names, impossible sizes: a clear error before any job
 
@@ -49,12 +50,22 @@ def partition_figure(wc):
     return f"{PART}/{wc.experiment}/seed{wc.seed}.png"
 
 
-def run_dir(experiment, method, seed):
-    return f"{RUNS}/{experiment}/{method}/seed{seed}"
+RUN = f"{RUNS}/{{experiment}}/{{method}}/{{point}}/seed{{seed}}"  # one training run
+
+
+def run_dir(experiment, method, point, seed):
+    return f"{RUNS}/{experiment}/{method}/{point}/seed{seed}"
+
+
+def selected_point(experiment, method):
+    """Waits for the (experiment, method) sweep selection (a checkpoint) and returns its point."""
+    with open(checkpoints.select.get(experiment=experiment, method=method).output[0]) as f:
+        return json.load(f)["point"]
 
 
 wildcard_constraints:
     experiment="[a-z0-9][a-z0-9.-]*",
     method="[a-z_]+",
     seed=r"\d+",
+    point="[A-Za-z0-9_.=+-]+",
     dataset="[a-z0-9_]+",

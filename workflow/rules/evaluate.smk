@@ -1,14 +1,40 @@
-# Metrics from saved predictive log-probabilities (a metric change never retrains).
+# Metrics from saved predictive log-probabilities (a metric change never retrains), and the sweep
+# selection: every grid point runs on the first seed, `selection` in params.yaml picks one.
 
 
 rule evaluate:
     input:
-        predictions=f"{RUNS}/{{experiment}}/{{method}}/seed{{seed}}/predictions.npz",
-        run=f"{RUNS}/{{experiment}}/{{method}}/seed{{seed}}/run.json",
+        predictions=f"{RUN}/predictions.npz",
+        run=f"{RUN}/run.json",
         code=code("eval"),
     output:
-        f"{RUNS}/{{experiment}}/{{method}}/seed{{seed}}/metrics.json",
+        f"{RUN}/metrics.json",
     params:
-        out=lambda wc: run_dir(wc.experiment, wc.method, wc.seed),
+        out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
     shell:
-        "fedbayes evaluate {params.out}"
+        "fedbayes evaluate '{params.out}'"
+
+
+checkpoint select:
+    input:
+        metrics=lambda wc: [
+            f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json"
+            for pt in sweep_points(config, wc.experiment, wc.method)
+        ],
+        code=code("reports/selection.py", "reports/tables.py"),
+    output:
+        f"{RUNS}/{{experiment}}/{{method}}/selected.json",
+    params:
+        grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
+        rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
+    shell:
+        cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output}"
+
+
+rule sweep_report:
+    input:
+        lambda wc: [f"{RUNS}/{wc.experiment}/{m}/selected.json" for m in experiment(wc.experiment)["methods"]],
+    output:
+        f"{REPORTS}/sweeps/{{experiment}}.csv",
+    shell:
+        cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"

@@ -1,19 +1,25 @@
-# Tables (ours vs published) and their learning-curve figures.
+# Tables (ours vs published), their learning-curve figures and the sweep reports they rest on.
 
 
-def table_inputs(name):
-    spec = config["tables"][name]
-    runs = [(e, m, s) for e in spec["experiments"] for m in spec["methods"] for s in seeds(config)]
-    return {
-        "metrics": [f"{run_dir(e, m, s)}/metrics.json" for e, m, s in runs],
-        "history": [f"{run_dir(e, m, s)}/history.csv" for e, m, s in runs],
-        "mlflow": [f"{WORK}/mlflow/{e}/{m}/seed{s}.run" for e, m, s in runs],
-    }
+def table_inputs(wc):
+    spec = config["tables"][wc.table]
+    metrics, history, mlflow = [], [], []
+    for e in spec["experiments"]:
+        sel_seed = selection(config, e)["seed"]
+        for m in spec["methods"]:
+            point = selected_point(e, m)
+            for s in seeds(config):
+                metrics.append(f"{run_dir(e, m, point, s)}/metrics.json")
+                history.append(f"{run_dir(e, m, point, s)}/history.csv")
+                mlflow.append(f"{WORK}/mlflow/{e}/{m}/{point}/seed{s}.run")
+            mlflow += [f"{WORK}/mlflow/{e}/{m}/{pt}/seed{sel_seed}.run" for pt in sweep_points(config, e, m)]
+    return {"metrics": metrics, "history": history, "mlflow": sorted(set(mlflow)),
+            "sweeps": [f"{REPORTS}/sweeps/{e}.csv" for e in spec["experiments"]]}
 
 
 rule table:
     input:
-        unpack(lambda wc: table_inputs(wc.table)),
+        unpack(table_inputs),
         code=code("reports", "papers"),
     output:
         csv=f"{REPORTS}/{{table}}.csv",

@@ -17,7 +17,7 @@ PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats
 
 def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
     from fedbayes.reports.published import published_value
-    from fedbayes.reports.tables import run_dir
+    from fedbayes.reports.selection import run_dir, selected_point
 
     exps = spec["experiments"]
     fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * len(exps)), layout="constrained")
@@ -26,13 +26,14 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
     for i, exp in enumerate(exps):
         e = experiment_config(p, exp)
         for method in spec["methods"]:
-            hist = [pd.read_csv(run_dir(p, exp, method, s) / "history.csv") for s in seeds(p)]
+            point = selected_point(p, exp, method)
+            hist = [pd.read_csv(run_dir(p, exp, method, point, s) / "history.csv") for s in seeds(p)]
             for j, (col, label, mult) in enumerate(PANELS):
                 ax = axes[i][j]
                 rounds = hist[0]["round"].to_numpy()
                 vals = np.stack([h[col].to_numpy() for h in hist]) * mult
                 mean, std = vals.mean(0), vals.std(0)
-                line, = ax.plot(rounds, mean, label=f"{method} (ours, {len(hist)} seeds)")
+                line, = ax.plot(rounds, mean, label=f"{method} {point} (ours, {len(hist)} seeds)")
                 ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
                 pubs = [(r, published_value(spec.get("published", []), exp, method, col, r))
                         for r in e["report_rounds"]] if p["scale"] == "paper" else []

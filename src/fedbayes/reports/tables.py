@@ -23,10 +23,6 @@ PERCENT = {"test/acc"}
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
 
 
-def run_dir(p: dict, experiment: str, method: str, seed: int) -> Path:
-    return Path(paths(p)["runs"]) / experiment / method / f"seed{seed}"
-
-
 def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
     window = [rnd] if statistic == "final" else list(range(max(1, rnd - 2), rnd + 1))
     missing = [r for r in window if str(r) not in metrics["rounds"]]
@@ -39,6 +35,8 @@ def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
 
 
 def table_rows(p: dict, name: str) -> pd.DataFrame:
+    from fedbayes.reports.selection import run_dir, selected_point
+
     spec = p["tables"][name]
     ddof = spec.get("std_ddof", 0)
     tol = spec.get("tolerance", {})
@@ -47,7 +45,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
     for exp in spec["experiments"]:
         e = experiment_config(p, exp)
         for method in spec["methods"]:
-            runs = [json.loads((run_dir(p, exp, method, s) / "metrics.json").read_text()) for s in seeds(p)]
+            point = selected_point(p, exp, method)
+            runs = [json.loads((run_dir(p, exp, method, point, s) / "metrics.json").read_text()) for s in seeds(p)]
             for rnd in e["report_rounds"]:
                 for metric in spec["metrics"]:
                     vals = np.array([cell_value(m, metric, rnd, spec["statistic"]) for m in runs])
@@ -56,7 +55,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     std = float(vals.std(ddof=ddof)) if len(vals) > ddof else float("nan")
                     diff = mean - pub[0] if pub else float("nan")
                     rows.append({
-                        "experiment": exp, "method": method, "round": rnd, "metric": metric,
+                        "experiment": exp, "method": method, "point": point, "round": rnd, "metric": metric,
                         "statistic": spec["statistic"], "ours_mean": mean, "ours_std": std, "n_seeds": len(vals),
                         "published_mean": pub[0] if pub else float("nan"),
                         "published_std": pub[1] if pub else float("nan"),
@@ -88,15 +87,15 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
         + ", ".join(f"{k} {v}" for k, v in spec.get("tolerance", {}).items()) + ".")
     lines.append("")
     metrics = spec["metrics"]
-    header = ["experiment", "method", "round"]
+    header = ["experiment", "method", "selected", "round"]
     for m in metrics:
         header.append(m)
         if df[df.metric == m]["published_source"].any():
             header += [f"{m} published", "Δ"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
-    for (exp, method, rnd), g in df.groupby(["experiment", "method", "round"], sort=False):
-        cells = [exp, method, str(rnd)]
+    for (exp, method, point, rnd), g in df.groupby(["experiment", "method", "point", "round"], sort=False):
+        cells = [exp, method, point, str(rnd)]
         for m in metrics:
             r = g[g.metric == m].iloc[0]
             digits = 1 if m in PERCENT else 3

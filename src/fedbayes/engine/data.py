@@ -1,0 +1,30 @@
+"""Inputs of one run: raw arrays and the saved partition → preprocessed tensors on the run's device."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedbayes import data as ds
+from fedbayes.engine.loop import RunData, preprocess
+from fedbayes.partition import load_partition
+
+
+def load_run_data(p: dict, cfg: dict, partition_path: str, device):
+    """Arrays → preprocessed tensors on ``device`` for one run."""
+    raw = p["paths"]["raw"]
+    arrays = ds.load(cfg["dataset"], root=raw)
+    parts, meta = load_partition(partition_path)
+    used = np.concatenate(parts)
+    x_used = arrays.x_train[used].astype(np.float32) / 255.0
+    stats = (float(x_used.mean()), float(x_used.std()))
+    x_ood = None
+    if cfg.get("ood"):
+        x_ood = preprocess(ds.load(cfg["ood"], root=raw).x_test, cfg["input_scale"], stats).to(device)
+    data = RunData(
+        x_train=preprocess(arrays.x_train, cfg["input_scale"], stats).to(device),
+        y_train=torch.from_numpy(arrays.y_train).long().to(device),
+        x_test=preprocess(arrays.x_test, cfg["input_scale"], stats).to(device),
+        y_test=torch.from_numpy(arrays.y_test).long().to(device),
+        x_ood=x_ood, n_classes=arrays.n_classes, parts=parts)
+    return data, meta

@@ -1,0 +1,68 @@
+"""Sweep selection: which grid point of a method enters the tables.
+
+Rule (params.yaml ``selection``): the value of ``metric`` under ``statistic`` at the experiment's
+last reported round, on the first seed, best by ``mode``; ties go to the earlier grid point. The
+paper protocol selects on test data too (FedLap spec §4.6); every candidate is kept in the sweep
+report so other criteria can be applied later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from fedbayes.config import paths, selection, sweep_points
+from fedbayes.reports.tables import cell_value
+
+
+def runs_root(p: dict) -> Path:
+    return Path(paths(p)["runs"])
+
+
+def run_dir(p: dict, experiment: str, method: str, point: str, seed: int) -> Path:
+    return runs_root(p) / experiment / method / point / f"seed{seed}"
+
+
+def selected_path(p: dict, experiment: str, method: str) -> Path:
+    return runs_root(p) / experiment / method / "selected.json"
+
+
+def select(p: dict, experiment: str, method: str) -> dict:
+    crit = selection(p, experiment)
+    candidates = []
+    for point, values in sweep_points(p, experiment, method).items():
+        m = json.loads((run_dir(p, experiment, method, point, crit["seed"]) / "metrics.json").read_text())
+        candidates.append({"point": point, "hparams": values,
+                           "value": cell_value(m, crit["metric"], crit["round"], crit["statistic"])})
+    pick = (max if crit["mode"] == "max" else min)(candidates, key=lambda c: c["value"])
+    return {"experiment": experiment, "method": method, "point": pick["point"], "hparams": pick["hparams"],
+            "criterion": crit, "candidates": candidates}
+
+
+def write_selection(p: dict, experiment: str, method: str, out: str | Path | None = None) -> dict:
+    sel = select(p, experiment, method)
+    out = Path(out or selected_path(p, experiment, method))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(sel, indent=1) + "\n")
+    os.replace(tmp, out)
+    return sel
+
+
+def selected_point(p: dict, experiment: str, method: str) -> str:
+    return json.loads(selected_path(p, experiment, method).read_text())["point"]
+
+
+def sweep_frame(p: dict, experiment: str, methods: list[str]) -> pd.DataFrame:
+    rows = []
+    for method in methods:
+        sel = json.loads(selected_path(p, experiment, method).read_text())
+        c = sel["criterion"]
+        for cand in sel["candidates"]:
+            rows.append({"experiment": experiment, "method": method, "point": cand["point"], **cand["hparams"],
+                         "criterion": f"{c['metric']} {c['statistic']} @ round {c['round']}, seed {c['seed']}",
+                         "value": cand["value"], "selected": cand["point"] == sel["point"]})
+    return pd.DataFrame(rows)
