@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fedbayes.config import (ConfigError, config_hash, load_params, method_hparams, paths,
-                             run_config, save_rounds, seeds, validate)
+                             run_config, save_rounds, seeds, sweep_points, validate)
 
 
 @pytest.fixture
@@ -73,10 +73,32 @@ def test_unknown_key_is_refused(params, schema):
 def test_scale_smoke_overrides(params):
     params["scale"] = "smoke"
     assert seeds(params) == params["smoke"]["seeds"]
-    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0)
+    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=1")
     assert cfg["rounds"] == params["smoke"]["experiment"]["rounds"]
-    assert cfg["hparams"]["local_epochs"] == params["smoke"]["train"]["local_epochs"]
+    assert cfg["hparams"]["local_epochs"] == 1  # the sweep point wins over smoke.train
+    assert len(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == params["smoke"]["sweep_limit"]
     assert paths(params)["runs"].endswith("/smoke")
+
+
+def test_sweep_points_and_overrides(params):
+    assert list(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == [
+        "local_epochs=1", "local_epochs=5", "local_epochs=10"]
+    p = copy.deepcopy(params)
+    p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 2], "lr": [0.1, 0.01]},
+                              "overrides": {"fmnist10-dir-k10": {"sweep": {"lr": [0.5]}}}}
+    assert list(sweep_points(p, "fmnist10-iid-k10", "fedavg")) == [
+        "local_epochs=1+lr=0.1", "local_epochs=1+lr=0.01", "local_epochs=2+lr=0.1", "local_epochs=2+lr=0.01"]
+    assert method_hparams(p, "fmnist10-iid-k10", "fedavg", "local_epochs=2+lr=0.1")["lr"] == 0.1
+    assert list(sweep_points(p, "fmnist10-dir-k10", "fedavg")) == ["lr=0.5"]
+    p["methods"]["fedavg"] = None
+    assert list(sweep_points(p, "fmnist10-dir-k10", "fedavg")) == ["default"]
+    with pytest.raises(ConfigError, match="no sweep point 'lr=9'"):
+        method_hparams(p, "fmnist10-dir-k10", "fedavg", "lr=9")
+
+
+def test_unknown_sweep_key_is_refused(params, schema):
+    params["methods"]["fedavg"]["sweep"] = {"epochs": [1]}
+    bad(params, schema, r"methods.fedavg.sweep")
 
 
 def test_method_hparams_precedence(params):
@@ -89,13 +111,15 @@ def test_method_hparams_precedence(params):
 
 
 def test_run_config_hash_tracks_what_matters(params):
-    a = run_config(params, "fmnist10-iid-k10", "fedavg", 0)
+    pt = "local_epochs=5"
+    a = run_config(params, "fmnist10-iid-k10", "fedavg", 0, pt)
     p = copy.deepcopy(params)
-    p["methods"]["fedavg"]["local_epochs"] = 10
-    assert config_hash(a) != config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0))
+    p["methods"]["fedavg"]["lr"] = 0.01
+    assert config_hash(a) != config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0, pt))
     p = copy.deepcopy(params)
     p["tables"]["table1"]["tolerance"]["test/acc"] = 3.0  # table settings never retrain
-    assert config_hash(a) == config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0))
+    p["methods"]["fedavg"]["sweep"]["local_epochs"].append(20)  # nor does adding another grid point
+    assert config_hash(a) == config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0, pt))
 
 
 def test_save_rounds_cover_report_windows():

@@ -63,20 +63,28 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     acc = df[df.metric == "test/acc"].ours_mean
     assert ((acc > 10) & (acc <= 100)).all()  # above chance after 3 smoke rounds
     assert (workdir / "reports/table1.md").exists() and (workdir / "reports/figures/table1_curves.png").exists()
+    points = [f"local_epochs={e}" for e in p["methods"]["fedavg"]["sweep"]["local_epochs"][:p["smoke"]["sweep_limit"]]]
+    expected_runs = set()
     for e in exps:
+        sweep = pd.read_csv(workdir / f"reports/sweeps/{e}.csv")
+        assert sweep.point.tolist() == points and sweep.selected.sum() == 1
+        chosen = sweep[sweep.selected].point.iloc[0]
+        assert sweep.value.max() == sweep[sweep.selected].value.iloc[0]
+        assert set(df[df.experiment == e].point) == {chosen}
+        expected_runs |= {(e, pt, seeds[0]) for pt in points} | {(e, chosen, s) for s in seeds}
         for s in seeds:
-            run = workdir / "results/runs/smoke" / e / "fedavg" / f"seed{s}"
+            run = workdir / "results/runs/smoke" / e / "fedavg" / chosen / f"seed{s}"
             assert {"history.csv", "metrics.json", "predictions.npz", "run.json"} <= {f.name for f in run.iterdir()}
             assert not (run / "checkpoint.pt").exists()
     # MLflow: one experiment per experiment, one finished run per (method, seed), per-round metrics with step = round
     con = sqlite3.connect(workdir / "mlflow.db")
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "
                        "where r.lifecycle_stage = 'active'").fetchall()
-    assert sorted(runs) == sorted((f"smoke-{e}", f"fedavg-seed{s}", "FINISHED") for e in exps for s in seeds)
+    assert sorted(runs) == sorted((f"smoke-{e}", f"fedavg[{pt}]-seed{s}", "FINISHED") for e, pt, s in expected_runs)
     steps = con.execute("select distinct step from metrics where key = 'test/acc' order by step").fetchall()
     assert [s for (s,) in steps] == [0, 1, 2, 3]
     tags = {k for (k,) in con.execute("select distinct key from tags")}
-    assert {"git_sha", "partition_hash", "device", "config_hash", "run_key"} <= tags
+    assert {"git_sha", "partition_hash", "device", "config_hash", "run_key", "selected"} <= tags
     # a second invocation has nothing to do
     assert "Nothing to be done" in sh("snakemake --cores 2 reports/table1.csv", workdir)
 
@@ -87,7 +95,7 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     assert "Data and pipelines are up to date" in sh("dvc status", workdir)
     before_data = mtimes(workdir, "data/raw/*/*")
     before_parts = mtimes(workdir, "data/partitions/smoke/*/*.npz")
-    before_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/history.csv")
+    before_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
     table_before = (workdir / "reports/table1.csv").read_text()
 
     p = yaml.safe_load((workdir / "params.yaml").read_text())
@@ -98,7 +106,7 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     assert "Running stage 'table1'" in out
     assert mtimes(workdir, "data/raw/*/*") == before_data
     assert mtimes(workdir, "data/partitions/smoke/*/*.npz") == before_parts
-    after_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/history.csv")
+    after_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
     assert after_runs.keys() == before_runs.keys() and all(after_runs[k] > before_runs[k] for k in before_runs)
     assert (workdir / "reports/table1.csv").read_text() != table_before
     assert "Data and pipelines are up to date" in sh("dvc status", workdir)

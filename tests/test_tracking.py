@@ -27,14 +27,19 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, repo, monkey
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     p["paths"]["mlartifacts"] = str(tmp_path / "mlartifacts")
-    first = log_run(p, "fmnist10-iid-k10", "fedavg", 0, finished_run)
-    second = log_run(p, "fmnist10-iid-k10", "fedavg", 0, finished_run)
+    sel = tmp_path / "selected.json"
+    sel.write_text('{"point": "local_epochs=5"}')
+    first = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run, selected=str(sel))
+    second = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run, selected=str(sel))
+    other = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run, selected=str(sel))
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("fmnist10-iid-k10")
-    runs = client.search_runs([exp.experiment_id])
-    assert [r.info.run_id for r in runs] == [second] and first != second
-    run = runs[0]
-    assert run.data.tags["run_key"] == "paper/fmnist10-iid-k10/fedavg/seed0"
+    runs = {r.info.run_id: r for r in client.search_runs([exp.experiment_id])}
+    assert set(runs) == {second, other} and first != second
+    run = runs[second]
+    assert run.data.tags["run_key"] == "paper/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
+    assert run.data.tags["selected"] == "true" and runs[other].data.tags["selected"] == "false"
+    assert run.info.run_name == "fedavg[local_epochs=5]-seed0"
     assert run.data.tags["partition_hash"] == "abc123"
     assert run.data.tags["device"] == "cpu" and run.data.tags["git_sha"]
     assert run.data.params["hparams.local_epochs"] == "1" and run.data.params["seed"] == "3"

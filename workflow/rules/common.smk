@@ -26,13 +26,25 @@ def cli(cmd):
 
 
 def code(*parts):
-    """Package sources a rule runs: a change reruns the rule (Snakemake's code trigger sees only the shell)."""
-    root = Path(workflow.basedir) / "src" / "fedbayes"
+    """Package sources a rule runs (the installed fedbayes): a change reruns the rule (Snakemake's code
+    trigger sees only the shell command)."""
+    import fedbayes
+
+    root = Path(fedbayes.__file__).parent
     files = []
     for part in parts:
         p = root / part
         files += sorted(str(f) for f in (p.rglob("*.py") if p.is_dir() else [p]))
     return files
+
+
+def method_code(method):
+    """The module that defines a method (the registry in methods/__init__.py is not code a run depends on)."""
+    import inspect
+
+    from fedbayes.methods import METHODS
+
+    return [inspect.getsourcefile(METHODS[method])]
 
 
 def experiment(name):

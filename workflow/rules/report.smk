@@ -1,33 +1,38 @@
 # Tables (ours vs published), their learning-curve figures and the sweep reports they rest on.
+# One rule per table; each (experiment, method) of a table is its own input function, so Snakemake
+# schedules every sweep selection (a checkpoint) of the table at once rather than one after another.
 
 
-def table_inputs(wc):
-    spec = config["tables"][wc.table]
-    metrics, history, mlflow = [], [], []
-    for e in spec["experiments"]:
-        sel_seed = selection(config, e)["seed"]
-        for m in spec["methods"]:
-            point = selected_point(e, m)
-            for s in seeds(config):
-                metrics.append(f"{run_dir(e, m, point, s)}/metrics.json")
-                history.append(f"{run_dir(e, m, point, s)}/history.csv")
-                mlflow.append(f"{WORK}/mlflow/{e}/{m}/{point}/seed{s}.run")
-            mlflow += [f"{WORK}/mlflow/{e}/{m}/{pt}/seed{sel_seed}.run" for pt in sweep_points(config, e, m)]
-    return {"metrics": metrics, "history": history, "mlflow": sorted(set(mlflow)),
-            "sweeps": [f"{REPORTS}/sweeps/{e}.csv" for e in spec["experiments"]]}
+def selected_runs(experiment, method):
+    """Input function: the runs of the selected point (all seeds) and the MLflow markers of every run."""
+
+    def inputs(wc):
+        point = selected_point(experiment, method)
+        sel_seed = selection(config, experiment)["seed"]
+        runs = [run_dir(experiment, method, point, s) for s in seeds(config)]
+        markers = {f"{WORK}/mlflow/{experiment}/{method}/{point}/seed{s}.run" for s in seeds(config)}
+        markers |= {f"{WORK}/mlflow/{experiment}/{method}/{pt}/seed{sel_seed}.run"
+                    for pt in sweep_points(config, experiment, method)}
+        return [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs] + sorted(markers)
+
+    return inputs
 
 
-rule table:
-    input:
-        unpack(table_inputs),
-        code=code("reports", "papers"),
-    output:
-        csv=f"{REPORTS}/{{table}}.csv",
-        md=f"{REPORTS}/{{table}}.md",
-        figure=f"{REPORTS}/figures/{{table}}_curves.png",
-    params:
-        spec=lambda wc: json.dumps(config["tables"][wc.table], sort_keys=True),
-    wildcard_constraints:
-        table="|".join(config["tables"]),
-    shell:
-        cli("table") + " {wildcards.table} --out {output.csv}"
+for _table, _spec in config["tables"].items():
+
+    rule:
+        name:
+            f"table_{_table}"
+        input:
+            *[selected_runs(e, m) for e in _spec["experiments"] for m in _spec["methods"]],
+            sweeps=[f"{REPORTS}/sweeps/{e}.csv" for e in _spec["experiments"]],
+            code=code("reports", "papers"),
+        output:
+            csv=f"{REPORTS}/{_table}.csv",
+            md=f"{REPORTS}/{_table}.md",
+            figure=f"{REPORTS}/figures/{_table}_curves.png",
+        params:
+            spec=json.dumps(_spec, sort_keys=True),
+            name=_table,
+        shell:
+            cli("table") + " {params.name} --out {output.csv}"

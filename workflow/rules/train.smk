@@ -6,7 +6,7 @@ rule train:
     input:
         partition=f"{PART}/{{experiment}}/seed{{seed}}.npz",
         data=lambda wc: datasets_of(wc.experiment),
-        code=code("engine", "methods", "models", "eval/metrics.py", "data"),
+        code=lambda wc: code("engine", "models", "eval/metrics.py", "data", "methods/base.py") + method_code(wc.method),
     output:
         history=f"{RUN}/history.csv",
         predictions=f"{RUN}/predictions.npz",

@@ -124,7 +124,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         t0 = time.perf_counter()
         picked = np.arange(len(sizes)) if n_part == len(sizes) else \
             np.sort(seeds.rng(seed, seeds.SAMPLING, rnd).choice(len(sizes), n_part, replace=False))
-        down = method.broadcast(server)
+        down = method.broadcast(server, rnd)
         messages, losses, up_bytes = {}, [], 0
         for k in picked:
             k = int(k)

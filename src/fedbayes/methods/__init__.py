@@ -1,9 +1,19 @@
 """Federated methods, one module per family. ``METHODS`` maps the params.yaml name to the class."""
 
+from fedbayes.methods.admm import FedADMM, FedDyn
 from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.fedavg import FedAvg
+from fedbayes.methods.fedlap import FedLap, FedLapCov
+from fedbayes.methods.prox import FedProx
 
-METHODS: dict[str, type[Method]] = {"fedavg": FedAvg}
+METHODS: dict[str, type[Method]] = {
+    "fedavg": FedAvg,
+    "fedprox": FedProx,
+    "fedadmm": FedADMM,
+    "feddyn": FedDyn,
+    "fedlap": FedLap,
+    "fedlap_cov": FedLapCov,
+}
 
 
 def build_method(name: str, fm, hp: dict, client_sizes) -> Method:

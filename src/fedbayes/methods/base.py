@@ -61,10 +61,23 @@ class Method:
         """N_k / N, the data-size weights of the clients."""
         return self.client_sizes / self.client_sizes.sum()
 
+    def rho(self, k: int, rnd: int) -> float:
+        """Dual damping ρ_k (FedLap family, App. E): ``data`` = N_k/N, ``uniform`` = 1/K;
+        ``rho_switch_round: R`` switches from N_k/N to 1/K after round R (CIFAR-10)."""
+        kind = self.hp.get("rho", "data")
+        switch = self.hp.get("rho_switch_round")
+        if switch is not None and rnd > switch:
+            kind = "uniform"
+        if kind == "data":
+            return float(self.weights[k])
+        if kind == "uniform":
+            return 1.0 / self.n_clients
+        raise ValueError(f"unknown rho {kind!r}; choose data (N_k/N) or uniform (1/K)")
     def init_state(self, w0: torch.Tensor) -> tuple[Tensors, list[Tensors]]:
         return {"w": w0.clone()}, [{} for _ in range(self.n_clients)]
 
-    def broadcast(self, server: Tensors) -> Tensors:
+    def broadcast(self, server: Tensors, rnd: int) -> Tensors:
+        """What the server sends down at the start of round ``rnd`` (counted as bytes down)."""
         return {"w": server["w"]}
 
     def client_update(self, k: int, down: Tensors, state: Tensors, data: ClientData,

@@ -1,0 +1,57 @@
+"""Federated ADMM: FedADMM (FedLap paper Eq. 2, spec §3.1) and FedDyn (Acar et al. 2021, spec §3.2).
+
+FedADMM.  Client: w_k ← argmin ℓ̄_k(w) + v_kᵀw + (α/2)‖w − w_g‖²;   v_k ← v_k + α(w_k − w_g)
+          Server: w_g ← (1/K) Σ_k (w_k + v_k/α)
+
+FedDyn.   α_k = α N / (K N_k).
+          Client: w_k ← argmin ℓ̄_k(w) + α_k λ_kᵀw + (α_k/2)‖w − w_g‖² + (wd/2)‖w‖²;   λ_k ← λ_k + (w_k − w_g)
+          Server: w_g ← mean_{k∈S} w_k + (1/K) Σ_k λ_k   (the server mirrors Σ_k λ_k from the w_k it receives)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedbayes.methods.base import Method
+
+
+class FedADMM(Method):
+    def init_state(self, w0):
+        # z_k = w_k + v_k/α as last reported; a client that has not reported yet counts as w_0 (v_k = 0)
+        server = {"w": w0.clone(), "z": w0.repeat(self.n_clients, 1)}
+        return server, [{"v": torch.zeros_like(w0)} for _ in range(self.n_clients)]
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        w_g, v, alpha = down["w"], state["v"], float(self.hp["alpha"])
+        res = self.local_train(w_g, data, rng, extra_loss=lambda w: v @ w + 0.5 * alpha * (w - w_g).square().sum())
+        v_new = v + alpha * (res.w - w_g)
+        return {"w": res.w, "v": v_new}, {"v": v_new}, res.mean_loss
+
+    def server_update(self, server, messages, rnd):
+        z = server["z"].clone()
+        for k, m in messages.items():
+            z[k] = m["w"] + m["v"] / float(self.hp["alpha"])
+        return {**server, "z": z, "w": z.mean(0)}
+
+
+class FedDyn(Method):
+    def alpha_k(self, k: int) -> float:
+        return float(self.hp["alpha"]) / (self.n_clients * float(self.weights[k]))
+
+    def init_state(self, w0):
+        return {"w": w0.clone(), "lam_sum": torch.zeros_like(w0)}, \
+            [{"lam": torch.zeros_like(w0)} for _ in range(self.n_clients)]
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        w_g, lam, a, wd = down["w"], state["lam"], self.alpha_k(k), float(self.hp.get("weight_decay", 0.0))
+
+        def extra(w):
+            return a * (lam @ w) + 0.5 * a * (w - w_g).square().sum() + 0.5 * wd * w.square().sum()
+
+        res = self.local_train(w_g, data, rng, extra_loss=extra)
+        return {"w": res.w}, {"lam": lam + (res.w - w_g)}, res.mean_loss
+
+    def server_update(self, server, messages, rnd):
+        ws = torch.stack([m["w"] for m in messages.values()])
+        lam_sum = server["lam_sum"] + (ws - server["w"]).sum(0)
+        return {**server, "lam_sum": lam_sum, "w": ws.mean(0) + lam_sum / self.n_clients}

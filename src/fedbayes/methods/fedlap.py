@@ -1,0 +1,95 @@
+"""FedLap and FedLap-Cov (Swaroop, Khan & Doshi-Velez, "Connecting Federated ADMM to Bayes"; spec §3.6–3.7).
+
+Objectives are on the mean-loss scale: ℓ̄_k(w) + (extra terms)/N_k, the paper's sum-loss objective
+divided by N_k (same minimiser). δ is the prior precision, in sum-loss units.
+
+FedLap (Eq. 9).   Client: w_k ← argmin ℓ_k(w) + δ v_kᵀw + (δ/2)‖w − w_g‖²;   v_k ← v_k + ρ_k (w_k − w_g)
+                  Server: w_g ← Σ_k v_k
+FedLap-Cov (Eq. 21), diagonal precisions:
+                  Client: w_k ← argmin ℓ_k(w) + v_kᵀw − ½ wᵀV_k w + ½‖w − w_g‖²_{S_g}
+                          H_k = diag GGN of ℓ_k at w_k;   S_k = H_k − V_k + S_g
+                          v_k ← v_k + ρ (S_k w_k − S_g w_g);   V_k ← (1 − ρ) V_k + ρ H_k
+                  Server: S_g ← δ + Σ_k V_k;   w_g ← (Σ_k v_k) / S_g
+Initialisation: v_k = V_k = 0, so w_g = 0 (the prior mean) and S_g = δ; round-1 local training starts
+from the shared random w_0 (spec §6.1). Prediction: plug-in at w_g.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedbayes.methods.base import Method
+from fedbayes.methods.curvature import diag_ggn
+
+
+class FedLap(Method):
+    def init_state(self, w0):
+        zeros = torch.zeros_like(w0)
+        server = {"w": zeros.clone(), "w0": w0.clone(), "v": zeros.repeat(self.n_clients, 1)}
+        return server, [{"v": zeros.clone()} for _ in range(self.n_clients)]
+
+    def broadcast(self, server, rnd):
+        # round 1: w_g = Σ v_k = 0 is known to every client; the server sends the shared start w_0
+        return {"w0": server["w0"]} if rnd == 1 else {"w": server["w"]}
+
+    @staticmethod
+    def start_and_center(down):
+        if "w0" in down:
+            return down["w0"], torch.zeros_like(down["w0"])
+        return down["w"], down["w"]
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        start, w_g = self.start_and_center(down)
+        v, delta, n_k = state["v"], float(self.hp["delta"]), len(data)
+
+        def extra(w):
+            return (delta / n_k) * (v @ w + 0.5 * (w - w_g).square().sum())
+
+        res = self.local_train(start, data, rng, extra_loss=extra)
+        v_new = v + self.rho(k, rnd) * (res.w - w_g)
+        return {"v": v_new}, {"v": v_new}, res.mean_loss
+
+    def server_update(self, server, messages, rnd):
+        v = server["v"].clone()
+        for k, m in messages.items():
+            v[k] = m["v"]
+        return {**server, "v": v, "w": v.sum(0)}
+
+
+class FedLapCov(Method):
+    def init_state(self, w0):
+        zeros = torch.zeros_like(w0)
+        delta = float(self.hp["delta"])
+        server = {"w": zeros.clone(), "S": torch.full_like(w0, delta), "w0": w0.clone(),
+                  "v": zeros.repeat(self.n_clients, 1), "V": zeros.repeat(self.n_clients, 1)}
+        return server, [{"v": zeros.clone(), "V": zeros.clone()} for _ in range(self.n_clients)]
+
+    def broadcast(self, server, rnd):
+        if rnd == 1:  # w_g = 0 and S_g = δ are known to every client
+            return {"w0": server["w0"]}
+        return {"w": server["w"], "S": server["S"]}
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        if "w0" in down:
+            start, w_g, S_g = down["w0"], torch.zeros_like(down["w0"]), torch.full_like(down["w0"], float(self.hp["delta"]))
+        else:
+            start, w_g, S_g = down["w"], down["w"], down["S"]
+        v, V, n_k = state["v"], state["V"], len(data)
+
+        def extra(w):
+            return (v @ w - 0.5 * (V * w.square()).sum() + 0.5 * (S_g * (w - w_g).square()).sum()) / n_k
+
+        res = self.local_train(start, data, rng, extra_loss=extra)
+        H = diag_ggn(self.fm, res.w, data.x).clamp_min(0.0)
+        rho = self.rho(k, rnd)
+        S_k = H - V + S_g
+        v_new = v + rho * (S_k * res.w - S_g * w_g)
+        V_new = (1 - rho) * V + rho * H
+        return {"v": v_new, "V": V_new}, {"v": v_new, "V": V_new}, res.mean_loss
+
+    def server_update(self, server, messages, rnd):
+        v, V = server["v"].clone(), server["V"].clone()
+        for k, m in messages.items():
+            v[k], V[k] = m["v"], m["V"]
+        S = float(self.hp["delta"]) + V.sum(0)
+        return {**server, "v": v, "V": V, "S": S, "w": v.sum(0) / S}

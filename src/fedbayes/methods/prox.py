@@ -1,0 +1,16 @@
+"""FedProx (Li et al. 2020) as in the FedLap paper (spec §3.3): Eq. 2 with the dual fixed to 0.
+
+Client:  w_k ← argmin_w ℓ̄_k(w) + (α/2) ‖w − w_g‖²      (mean loss; E epochs of Adam from w_g)
+Server:  w_g ← Σ_k (N_k/N) w_k
+"""
+
+from __future__ import annotations
+
+from fedbayes.methods.fedavg import FedAvg
+
+
+class FedProx(FedAvg):
+    def client_update(self, k, down, state, data, rng, rnd):
+        w_g, alpha = down["w"], float(self.hp["alpha"])
+        res = self.local_train(w_g, data, rng, extra_loss=lambda w: 0.5 * alpha * (w - w_g).square().sum())
+        return {"w": res.w}, state, res.mean_loss

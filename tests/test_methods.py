@@ -1,0 +1,207 @@
+"""Method updates against the FedLap spec's invariants (§7) and brute-force oracles."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+import fedbayes.methods.fedlap as fedlap_mod
+from fedbayes.engine import run_federated
+from fedbayes.methods import ClientData, build_method
+from fedbayes.methods.base import LocalResult
+from fedbayes.methods.curvature import diag_ggn
+from fedbayes.models import FlatModel, build_model
+
+@pytest.fixture(autouse=True)
+def float64():
+    """Exact algebra in float64; engine-based tests switch back to float32 themselves."""
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+def tiny_model(hidden=(4,), in_dim=3, classes=3):
+    torch.manual_seed(0)
+    return FlatModel(build_model("mlp", (in_dim,), classes, hidden=list(hidden), activation="tanh"))
+
+
+def client_data(n_clients=3, sizes=(5, 9, 14), in_dim=3, classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [ClientData(torch.randn(n, in_dim, generator=g), torch.randint(0, classes, (n,), generator=g))
+            for n in sizes[:n_clients]]
+
+
+class Scripted:
+    """Replaces local training by scripted client solutions w_k^(r), to check the server algebra."""
+
+    def __init__(self, method, P, seed=0):
+        self.g = torch.Generator().manual_seed(seed)
+        self.P = P
+        method.local_train = self
+
+    def __call__(self, w_start, data, rng, extra_loss=None):
+        return LocalResult(torch.randn(self.P, generator=self.g), 0.0, 1)
+
+
+def run_round(method, server, states, datas, rnd):
+    down = method.broadcast(server, rnd)
+    msgs = {}
+    for k, d in enumerate(datas):
+        msgs[k], states[k], _ = method.client_update(k, down, states[k], d, np.random.default_rng(k), rnd)
+    return method.server_update(server, msgs, rnd), msgs
+
+
+def test_diag_ggn_matches_brute_force():
+    fm = tiny_model()
+    w = fm.flat_params() + 0.1
+    x = torch.randn(7, 3)
+    brute = torch.zeros(fm.n_params)
+    for xi in x:
+        J = torch.autograd.functional.jacobian(lambda p: fm(p, xi.unsqueeze(0)).squeeze(0), w)  # (C, P)
+        p = torch.softmax(fm(w, xi.unsqueeze(0)).squeeze(0), -1)
+        lam = torch.diag(p) - torch.outer(p, p)
+        brute += torch.diag(J.T @ lam @ J)
+    torch.testing.assert_close(diag_ggn(fm, w, x, chunk=3), brute)
+    assert (brute >= 0).all()
+
+
+def test_fedlap_server_equals_weighted_mean_of_client_models():
+    """§7.1: ρ_k = N_k/N, full participation, from v = 0: w_g = Σ_k (N_k/N) w_k after every round."""
+    fm = tiny_model()
+    datas = client_data()
+    m = build_method("fedlap", fm, {"delta": 0.1, "rho": "data", "lr": 1e-2, "batch_size": 4, "local_epochs": 1},
+                     np.array([len(d) for d in datas]))
+    script = Scripted(m, fm.n_params)
+    server, states = m.init_state(fm.flat_params())
+    for rnd in (1, 2, 3):
+        g = script.g.get_state()
+        server, _ = run_round(m, server, states, datas, rnd)
+        script.g.set_state(g)
+        ws = [script(None, None, None).w for _ in datas]  # replay this round's client solutions
+        torch.testing.assert_close(server["w"], sum(float(m.weights[k]) * w for k, w in enumerate(ws)))
+
+
+def test_fedlap_cov_server_is_precision_weighted_average(monkeypatch):
+    """§7.2 and §7.6: ρ = 1/K: S_g = mean_k S_k, w_g = Σ S_k w_k / Σ S_k; V_k ≥ 0, S_g ≥ δ."""
+    fm = tiny_model()
+    datas = client_data()
+    K, P, delta = len(datas), fm.n_params, 0.5
+    hs = torch.Generator().manual_seed(5)
+    H_seq = [[torch.rand(P, generator=hs) * 3 for _ in range(K)] for _ in range(3)]
+    calls = []
+
+    def scripted_h(fm_, w, x):
+        calls.append(1)
+        return H_seq[(len(calls) - 1) // K][(len(calls) - 1) % K]
+
+    monkeypatch.setattr(fedlap_mod, "diag_ggn", scripted_h)
+    m = build_method("fedlap_cov", fm, {"delta": delta, "rho": "uniform", "lr": 1e-2, "batch_size": 4,
+                                        "local_epochs": 1}, np.array([len(d) for d in datas]))
+    script = Scripted(m, P)
+    server, states = m.init_state(fm.flat_params())
+    for rnd in (1, 2, 3):
+        S_g_old = server["S"].clone()
+        Vs_old = [s["V"].clone() for s in states]
+        g = script.g.get_state()
+        server, _ = run_round(m, server, states, datas, rnd)
+        script.g.set_state(g)
+        ws = [script(None, None, None).w for _ in datas]
+        S_k = [H_seq[rnd - 1][k] - Vs_old[k] + S_g_old for k in range(K)]
+        torch.testing.assert_close(server["S"], sum(S_k) / K)
+        torch.testing.assert_close(server["w"], sum(s * w for s, w in zip(S_k, ws)) / sum(S_k))
+        assert all((s["V"] >= 0).all() for s in states) and (server["S"] >= delta).all()
+
+
+def test_fedlap_cov_without_curvature_is_fedlap(monkeypatch, synthetic_run_data, cfg_factory, tmp_path):
+    """§7.5: with H ≡ 0, FedLap-Cov reproduces FedLap (same ρ), with v_Cov = δ v_FedLap."""
+    torch.set_default_dtype(torch.float32)
+    monkeypatch.setattr(fedlap_mod, "diag_ggn", lambda fm, w, x: torch.zeros_like(w))
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1, "delta": 0.5, "rho": "uniform"}
+    cols = ["test/acc", "test/nll", "train/loss"]
+    a = run_federated(cfg_factory(method="fedlap", hparams=hp), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=lambda m: None)
+    b = run_federated(cfg_factory(method="fedlap_cov", hparams=hp), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=lambda m: None)
+    for ra, rb in zip(a[1:], b[1:]):
+        for c in cols:
+            assert ra[c] == pytest.approx(rb[c], rel=1e-4, abs=1e-5)
+    wa = torch.load(tmp_path / "a" / "posterior.pt")
+    wb = torch.load(tmp_path / "b" / "posterior.pt")
+    torch.testing.assert_close(wa["w"], wb["w"], rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(0.5 * wa["v"], wb["v"], rtol=1e-3, atol=1e-5)
+
+
+def test_fedlap_fixed_point_is_the_centralised_map():
+    """§7.3: softmax regression, 2 clients, long local training: w_g → argmin Σ_k ℓ_k + (δ/2)‖w‖²."""
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("mlp", (3,), 3, hidden=[]))
+    datas = client_data(2, sizes=(30, 50))
+    delta = 10.0  # convergence is geometric, slower for small δ relative to the curvature (spec §3.6)
+    m = build_method("fedlap", fm, {"delta": delta, "rho": "data", "lr": 0.05, "batch_size": 100,
+                                    "local_epochs": 300}, np.array([30, 50]))
+    server, states = m.init_state(fm.flat_params())
+    X = torch.cat([d.x for d in datas])
+    Y = torch.cat([d.y for d in datas])
+
+    def f(w):
+        w = torch.tensor(w, requires_grad=True)
+        loss = torch.nn.functional.cross_entropy(fm(w, X), Y, reduction="sum") + 0.5 * delta * w.square().sum()
+        loss.backward()
+        return loss.item(), w.grad.numpy()
+
+    map_w = minimize(f, np.zeros(fm.n_params), jac=True, method="L-BFGS-B", options={"gtol": 1e-10}).x
+    losses = []
+    for rnd in range(1, 13):
+        server, _ = run_round(m, server, states, datas, rnd)
+        losses.append(f(server["w"].numpy())[0])
+    assert all(a > b for a, b in zip(losses, losses[1:]))  # monotone towards the MAP objective
+    assert losses[-1] == pytest.approx(f(map_w)[0], rel=1e-4)
+    np.testing.assert_allclose(server["w"].numpy(), map_w, atol=0.01)
+
+
+def test_fedprox_with_zero_alpha_is_fedavg(synthetic_run_data, cfg_factory, tmp_path):
+    torch.set_default_dtype(torch.float32)
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
+    a = run_federated(cfg_factory(hparams=hp), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=lambda m: None)
+    b = run_federated(cfg_factory(method="fedprox", hparams={**hp, "alpha": 0.0}), synthetic_run_data, tmp_path / "b",
+                      torch.device("cpu"), log=lambda m: None)
+    assert [r["test/acc"] for r in a] == [r["test/acc"] for r in b]
+
+
+def test_feddyn_server_mirrors_the_duals():
+    """Server: w_g = mean_k w_k + (1/K) Σ_k λ_k with λ_k accumulated client-side (spec §3.2)."""
+    fm = tiny_model()
+    datas = client_data()
+    m = build_method("feddyn", fm, {"alpha": 0.1, "weight_decay": 1e-4, "lr": 1e-2, "batch_size": 4,
+                                    "local_epochs": 1}, np.array([len(d) for d in datas]))
+    assert m.alpha_k(0) == pytest.approx(0.1 * 28 / (3 * 5))
+    script = Scripted(m, fm.n_params)
+    server, states = m.init_state(fm.flat_params())
+    for rnd in (1, 2, 3):
+        g = script.g.get_state()
+        server, msgs = run_round(m, server, states, datas, rnd)
+        lam = sum(s["lam"] for s in states)
+        torch.testing.assert_close(server["lam_sum"], lam)
+        torch.testing.assert_close(server["w"], torch.stack([msgs[k]["w"] for k in msgs]).mean(0) + lam / 3)
+
+
+def test_fedadmm_server():
+    fm = tiny_model()
+    datas = client_data()
+    alpha = 0.3
+    m = build_method("fedadmm", fm, {"alpha": alpha, "lr": 1e-2, "batch_size": 4, "local_epochs": 1},
+                     np.array([len(d) for d in datas]))
+    Scripted(m, fm.n_params)
+    server, states = m.init_state(fm.flat_params())
+    for rnd in (1, 2):
+        w_g = server["w"].clone()
+        server, msgs = run_round(m, server, states, datas, rnd)
+        torch.testing.assert_close(server["w"], torch.stack([msgs[k]["w"] + msgs[k]["v"] / alpha for k in msgs]).mean(0))
+        for k in msgs:
+            assert torch.equal(states[k]["v"], msgs[k]["v"])
+            if rnd == 1:  # v_k = 0 + α (w_k − w_g)
+                torch.testing.assert_close(msgs[k]["v"], alpha * (msgs[k]["w"] - w_g))
+
+
+def test_rho_schedules():
+    fm = tiny_model()
+    m = build_method("fedlap", fm, {"delta": 1.0, "rho": "data", "rho_switch_round": 10}, np.array([1, 3]))
+    assert m.rho(1, 10) == 0.75 and m.rho(1, 11) == 0.5
