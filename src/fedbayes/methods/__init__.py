@@ -4,6 +4,7 @@ from fedbayes.methods.admm import FedADMM, FedDyn
 from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.fedavg import FedAvg
 from fedbayes.methods.fedlap import FedLap, FedLapCov
+from fedbayes.methods.fedlap_func import FedLapFunc
 from fedbayes.methods.prox import FedProx
 
 METHODS: dict[str, type[Method]] = {
@@ -13,6 +14,7 @@ METHODS: dict[str, type[Method]] = {
     "feddyn": FedDyn,
     "fedlap": FedLap,
     "fedlap_cov": FedLapCov,
+    "fedlap_func": FedLapFunc,
 }
 
 
