@@ -26,6 +26,7 @@ for _table, _spec in config["tables"].items():
         input:
             *[selected_runs(e, m) for e in _spec["experiments"] for m in _spec["methods"]],
             sweeps=[f"{REPORTS}/sweeps/{e}.csv" for e in _spec["experiments"]],
+            notes=[_spec["notes"]] if "notes" in _spec else [],
             code=code("reports", "papers"),
         output:
             csv=f"{REPORTS}/{_table}.csv",
