@@ -26,7 +26,16 @@ def test_flat_model_matches_module():
     assert fm.n_params == 784 * 20 + 20 + 20 * 7 + 7 + 7 * 10 + 10
     w = fm.flat_params()
     x = torch.randn(5, 28, 28)
+    assert fm.ops is not None  # the direct path is taken for the MLP …
     torch.testing.assert_close(fm(w, x), module(x))
+    # … and is bit-identical to functional_call, forward and backward
+    from torch.func import functional_call
+    w1, w2 = w.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    a, b = fm(w1, x), functional_call(module, fm.unflatten(w2), (x,))
+    assert torch.equal(a, b)
+    a.square().sum().backward()
+    b.square().sum().backward()
+    assert torch.equal(w1.grad, w2.grad)
     # gradients reach the flat vector
     w.requires_grad_(True)
     fm(w, x).sum().backward()
