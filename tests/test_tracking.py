@@ -40,6 +40,11 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, repo, monkey
     assert run.data.tags["run_key"] == "paper/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
     assert run.data.tags["selected"] == "true" and runs[other].data.tags["selected"] == "false"
     assert run.info.run_name == "fedavg[local_epochs=5]-seed0"
+    # a new selection re-tags the runs imported under the old one
+    sel.write_text('{"point": "local_epochs=1"}')
+    log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run, selected=str(sel))
+    tags = {r.data.tags["point"]: r.data.tags["selected"] for r in client.search_runs([exp.experiment_id])}
+    assert tags == {"local_epochs=5": "false", "local_epochs=1": "true"}
     assert run.data.tags["partition_hash"] == "abc123"
     assert run.data.tags["device"] == "cpu" and run.data.tags["git_sha"]
     assert run.data.params["hparams.local_epochs"] == "1" and run.data.params["seed"] == "3"

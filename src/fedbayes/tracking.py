@@ -111,4 +111,11 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
     if partition_figure and Path(partition_figure).exists():
         client.log_artifact(rid, partition_figure, artifact_path="partition")
     with_retry(lambda: client.set_terminated(rid, "FINISHED"))
+    if selected:  # a new selection re-tags earlier imports of the other points (no stale selected=true)
+        chosen = json.loads(Path(selected).read_text())["point"]
+        query = f"tags.method = '{method}' and tags.scale = '{p['scale']}'"
+        for other in with_retry(lambda: client.search_runs([exp_id], query)):
+            flag = str(other.data.tags.get("point") == chosen).lower()
+            if other.data.tags.get("selected") != flag:
+                with_retry(lambda: client.set_tag(other.info.run_id, "selected", flag))
     return rid
