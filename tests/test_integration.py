@@ -16,7 +16,7 @@ import yaml
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "src"]
+COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "src", "reports/notes"]
 
 
 def fmnist_available() -> bool:
@@ -40,6 +40,7 @@ def workdir(tmp_path_factory, repo):
     d = tmp_path_factory.mktemp("repo")
     for name in COPY:
         src = repo / name
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree(src, d / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
          else shutil.copy2(src, d / name))
     p = yaml.safe_load((d / "params.yaml").read_text())
