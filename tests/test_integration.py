@@ -16,7 +16,7 @@ import yaml
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "src", "reports/notes"]
+COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes"]
 
 
 def fmnist_available() -> bool:

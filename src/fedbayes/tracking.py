@@ -51,10 +51,17 @@ def with_retry(fn, attempts: int = 8, delay: float = 0.5):
     for i in range(attempts):
         try:
             return fn()
-        except Exception as e:  # sqlite "database is locked" surfaces as several exception types
-            if "locked" not in str(e).lower() or i == attempts - 1:
+        except Exception as e:  # sqlite "database is locked" surfaces as several exception types;
+            # "duplicate column" is two processes racing through the first schema migration
+            msg = str(e).lower()
+            if not ("locked" in msg or "duplicate column" in msg) or i == attempts - 1:
                 raise
             time.sleep(delay * 2**i)
+
+
+def _ready_client(client):
+    client.search_experiments(max_results=1)  # creates / migrates the store now, inside the retry
+    return client
 
 
 def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
@@ -73,7 +80,7 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
 
     mlflow.set_tracking_uri(tracking_uri(p))
-    client = MlflowClient()
+    client = with_retry(lambda: _ready_client(MlflowClient()))
 
     def get_experiment():
         e = client.get_experiment_by_name(exp_name)
