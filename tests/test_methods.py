@@ -31,6 +31,28 @@ def client_data(n_clients=3, sizes=(5, 9, 14), in_dim=3, classes=3, seed=0):
             for n in sizes[:n_clients]]
 
 
+def softmax_regression_problem():
+    """Softmax regression on 2 clients with random labels (not separable, so every optimum is finite).
+    Returns the model, the clients and ``optimum(delta)``: argmin_w Σ_k ℓ_k(w) + (δ/2)‖w‖² by L-BFGS,
+    with ``objective(w, delta)`` for checking losses."""
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("mlp", (3,), 3, hidden=[]))
+    datas = client_data(2, sizes=(30, 50))
+    X, Y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
+
+    def objective(w, delta):
+        w = torch.tensor(w, requires_grad=True)
+        loss = torch.nn.functional.cross_entropy(fm(w, X), Y, reduction="sum") + 0.5 * delta * w.square().sum()
+        loss.backward()
+        return loss.item(), w.grad.numpy()
+
+    def optimum(delta):
+        return minimize(objective, np.zeros(fm.n_params), args=(delta,), jac=True, method="L-BFGS-B",
+                        options={"gtol": 1e-10}).x
+
+    return fm, datas, objective, optimum
+
+
 class Scripted:
     """Replaces local training by scripted client solutions w_k^(r), to check the server algebra."""
 
@@ -141,29 +163,18 @@ def test_fedlap_cov_without_curvature_is_fedlap(monkeypatch, synthetic_run_data,
 
 def test_fedlap_fixed_point_is_the_centralised_map():
     """§7.3: softmax regression, 2 clients, long local training: w_g → argmin Σ_k ℓ_k + (δ/2)‖w‖²."""
-    torch.manual_seed(0)
-    fm = FlatModel(build_model("mlp", (3,), 3, hidden=[]))
-    datas = client_data(2, sizes=(30, 50))
+    fm, datas, objective, optimum = softmax_regression_problem()
     delta = 10.0  # convergence is geometric, slower for small δ relative to the curvature (spec §3.6)
     m = build_method("fedlap", fm, {"delta": delta, "rho": "data", "lr": 0.05, "batch_size": 100,
                                     "local_epochs": 300}, np.array([30, 50]))
     server, states = m.init_state(fm.flat_params())
-    X = torch.cat([d.x for d in datas])
-    Y = torch.cat([d.y for d in datas])
-
-    def f(w):
-        w = torch.tensor(w, requires_grad=True)
-        loss = torch.nn.functional.cross_entropy(fm(w, X), Y, reduction="sum") + 0.5 * delta * w.square().sum()
-        loss.backward()
-        return loss.item(), w.grad.numpy()
-
-    map_w = minimize(f, np.zeros(fm.n_params), jac=True, method="L-BFGS-B", options={"gtol": 1e-10}).x
+    map_w = optimum(delta)
     losses = []
     for rnd in range(1, 13):
         server, _ = run_round(m, server, states, datas, rnd)
-        losses.append(f(server["w"].numpy())[0])
+        losses.append(objective(server["w"].numpy(), delta)[0])
     assert all(a > b for a, b in zip(losses, losses[1:]))  # monotone towards the MAP objective
-    assert losses[-1] == pytest.approx(f(map_w)[0], rel=1e-4)
+    assert losses[-1] == pytest.approx(objective(map_w, delta)[0], rel=1e-4)
     np.testing.assert_allclose(server["w"].numpy(), map_w, atol=0.01)
 
 
@@ -241,19 +252,9 @@ def test_fedlap_func_converges_to_the_map():
     """Signs (spec §3.8: −own, +global). Softmax regression, 2 clients, long local training and a long
     server solve: w_g → argmin Σ_k ℓ_k + (δ/2)‖w‖². The printed reading −(own + global) makes the client
     objective unbounded below and does not converge."""
-    torch.manual_seed(0)
-    fm = FlatModel(build_model("mlp", (3,), 3, hidden=[]))
-    datas = client_data(2, sizes=(30, 50))
+    fm, datas, _, optimum = softmax_regression_problem()
     delta = 10.0
-    X, Y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
-
-    def f(w):
-        w = torch.tensor(w, requires_grad=True)
-        loss = torch.nn.functional.cross_entropy(fm(w, X), Y, reduction="sum") + 0.5 * delta * w.square().sum()
-        loss.backward()
-        return loss.item(), w.grad.numpy()
-
-    w_map = minimize(f, np.zeros(fm.n_params), jac=True, method="L-BFGS-B", options={"gtol": 1e-10}).x
+    w_map = optimum(delta)
     m = build_method("fedlap_func", fm, {"delta": delta, "rho": "data", "lr": 0.05, "batch_size": 100,
                                          "local_epochs": 300, "tau": 1.0, "memory_per_class": 1,
                                          "server_iters": 1000, "server_lr": 0.01}, np.array([30, 50]))
@@ -288,25 +289,10 @@ def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_fa
     assert [r["test/nll"] for r in full] == [r["test/nll"] for r in resumed]
 
 
-def _softmax_regression_problem():
-    torch.manual_seed(0)
-    fm = FlatModel(build_model("mlp", (3,), 3, hidden=[]))
-    datas = client_data(2, sizes=(30, 50))  # random labels: not separable, so the MLE is finite
-    X, Y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
-
-    def objective(w, delta=0.0):
-        w = torch.tensor(w, requires_grad=True)
-        loss = torch.nn.functional.cross_entropy(fm(w, X), Y, reduction="sum") + 0.5 * delta * w.square().sum()
-        loss.backward()
-        return loss.item(), w.grad.numpy()
-
-    return fm, datas, objective
-
-
 def test_feddyn_without_weight_decay_converges_to_the_mle():
     """Spec §3.2/§7: FedDyn (α_k = αN/(KN_k), wd = 0) targets the δ = 0 optimum argmin Σ_k ℓ_k."""
-    fm, datas, objective = _softmax_regression_problem()
-    mle = minimize(objective, np.zeros(fm.n_params), jac=True, method="L-BFGS-B", options={"gtol": 1e-10}).x
+    fm, datas, _, optimum = softmax_regression_problem()
+    mle = optimum(0.0)
     m = build_method("feddyn", fm, {"alpha": 0.2, "weight_decay": 0.0, "lr": 0.05, "batch_size": 100,
                                     "local_epochs": 200}, np.array([30, 50]))
     server, states = m.init_state(torch.zeros(fm.n_params))
