@@ -47,6 +47,19 @@ def method_code(method):
     return [inspect.getsourcefile(METHODS[method])]
 
 
+def dataset_code(experiment_name):
+    """The data code a run of this experiment executes: the registry, sources, IDX parser and the
+    modules defining its datasets' loaders (not every dataset module of the package)."""
+    import inspect
+
+    from fedbayes.data import DATASETS
+
+    e = experiment(experiment_name)
+    files = code("data/registry.py", "data/sources.py", "data/idx.py")
+    files += [inspect.getsourcefile(DATASETS[d].loader) for d in (e["dataset"], e.get("ood")) if d]
+    return sorted(set(files))
+
+
 def experiment(name):
     return experiment_config(config, name)
 

@@ -4,7 +4,7 @@
 rule partition:
     input:
         data=lambda wc: datasets_of(wc.experiment)[:1],
-        code=code("partition", "engine/seeds.py", "data"),
+        code=lambda wc: code("partition", "engine/seeds.py") + dataset_code(wc.experiment),
     output:
         npz=f"{PART}/{{experiment}}/seed{{seed}}.npz",
         figure=f"{REPORTS}/figures/partitions/{{experiment}}_seed{{seed}}.png" if SCALE == "paper" else f"{PART}/{{experiment}}/seed{{seed}}.png",

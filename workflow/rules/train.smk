@@ -6,7 +6,8 @@ rule train:
     input:
         partition=f"{PART}/{{experiment}}/seed{{seed}}.npz",
         data=lambda wc: datasets_of(wc.experiment),
-        code=lambda wc: code("engine", "models", "eval/metrics.py", "data", "methods/base.py") + method_code(wc.method),
+        code=lambda wc: code("engine", "models", "eval/metrics.py", "methods/base.py")
+        + method_code(wc.method) + dataset_code(wc.experiment),
     output:
         history=f"{RUN}/history.csv",
         predictions=f"{RUN}/predictions.npz",

@@ -20,6 +20,8 @@ from .registry import (
 )
 from .sources import MIRRORS_ENV, DataIntegrityError, DataUnavailableError, FileSpec
 
+from . import images, tabular  # noqa: E402,F401  (register their datasets)
+
 __all__ = [
     "DATASETS",
     "DEFAULT_ROOT",

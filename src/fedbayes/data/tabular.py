@@ -1,0 +1,1 @@
+"""Tabular datasets (UCI Credit Approval, FLamby-Heart): registered on import."""
