@@ -8,6 +8,20 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+def no_download(*args, **kwargs):
+    raise AssertionError("a test tried to download data")
+
+
+@pytest.fixture(autouse=True)
+def offline_data(monkeypatch):
+    """No test downloads or reads the user's mirrors: fetches see only the sources a test sets up
+    (a test may still monkeypatch ``download_url`` with a fake of its own)."""
+    from fedbayes.data import sources
+
+    monkeypatch.delenv(sources.MIRRORS_ENV, raising=False)
+    monkeypatch.setattr(sources, "download_url", no_download)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

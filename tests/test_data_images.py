@@ -42,16 +42,6 @@ def idx_bytes(arr: np.ndarray) -> bytes:
         f">{arr.ndim}I", *arr.shape) + arr.astype(np.uint8).tobytes()
 
 
-def no_download(*a, **k):
-    raise AssertionError("download attempted")
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch):
-    monkeypatch.delenv(sources.MIRRORS_ENV, raising=False)
-    monkeypatch.setattr(sources, "download_url", no_download)
-
-
 # ------------------------------------------------------------------- MNIST
 @pytest.fixture
 def tiny_mnist(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedbayes.data import DATASETS, DataIntegrityError, DataUnavailableError, fetch, load
-from fedbayes.data import sources, tabular
+from fedbayes.data import tabular
 from fedbayes.data.tabular import (
     credit_heterogeneous_split,
     flamby_centres,
@@ -24,16 +24,6 @@ HEART_FILES = ["processed.cleveland.data", "processed.hungarian.data",
 
 def md5(b: bytes) -> str:
     return hashlib.md5(b).hexdigest()
-
-
-def no_download(*a, **k):
-    raise AssertionError("download attempted")
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.delenv(sources.MIRRORS_ENV, raising=False)
-    monkeypatch.setattr(sources, "download_url", no_download)
 
 
 def pinned(monkeypatch, name: str, mirror: Path) -> None:
