@@ -194,10 +194,9 @@ def test_feddyn_server_mirrors_the_duals():
     m = build_method("feddyn", fm, {"alpha": 0.1, "weight_decay": 1e-4, "lr": 1e-2, "batch_size": 4,
                                     "local_epochs": 1}, np.array([len(d) for d in datas]))
     assert m.alpha_k(0) == pytest.approx(0.1 * 28 / (3 * 5))
-    script = Scripted(m, fm.n_params)
+    Scripted(m, fm.n_params)
     server, states = m.init_state(fm.flat_params())
     for rnd in (1, 2, 3):
-        g = script.g.get_state()
         server, msgs = run_round(m, server, states, datas, rnd)
         lam = sum(s["lam"] for s in states)
         torch.testing.assert_close(server["lam_sum"], lam)

@@ -7,8 +7,6 @@ names (experiment, method, seed) and paths; the numbers come from the one source
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -110,14 +108,12 @@ def cmd_select(args) -> None:
 
 def cmd_sweep_report(args) -> None:
     from fedbayes.config import experiment_config
+    from fedbayes.fileio import write_text_atomic
     from fedbayes.reports.selection import sweep_frame
 
     p = _params(args)
     df = sweep_frame(p, args.experiment, experiment_config(p, args.experiment)["methods"])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(args.out + ".tmp")
-    df.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, args.out)
+    write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))
 
 

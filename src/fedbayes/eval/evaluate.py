@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from fedbayes.eval.metrics import calibration, classification_metrics
+from fedbayes.fileio import write_text_atomic
 
 
 def prefixed(m: dict) -> dict:
@@ -35,7 +35,5 @@ def evaluate_run(run_dir: str | Path) -> dict:
                         for b in calibration(pred["test_logp"][-1], y)["bins"]],
         "wall_s": info.get("wall_s"), "device": info.get("device"),
     }
-    tmp = run_dir / "metrics.json.tmp"
-    tmp.write_text(json.dumps(out, indent=1))
-    os.replace(tmp, run_dir / "metrics.json")
+    write_text_atomic(run_dir / "metrics.json", json.dumps(out, indent=1))
     return out

@@ -63,19 +63,18 @@ class FedLapFunc(FedLap):
             state["mem_idx"], state["tau"] = self.choose_memory(data, rng)
         x_own = data.x[state["mem_idx"]]
 
-        fs = None
-        if rnd > 1 and "x_mem" in down and "yhat" in state:
+        function_space = rnd > 1 and "x_mem" in down and "yhat" in state
+        if function_space:
             x_all, tau_all = down["x_mem"], down["tau_mem"]
             with torch.no_grad():
                 y_g = torch.softmax(self.fm(w_g, x_all), -1)
             y_prev, tau_own = state["yhat"], state["tau"]
 
-            def fs(w):
-                return soft_ce(self.fm(w, x_all), y_g, tau_all) - soft_ce(self.fm(w, x_own), y_prev, tau_own)
-
         def extra(w):
-            reg = delta * (v @ w + 0.5 * (w - w_g).square().sum())
-            return (reg + fs(w)) / n_k if fs is not None else reg / n_k
+            loss = delta * (v @ w + 0.5 * (w - w_g).square().sum())
+            if function_space:  # + global term on all memory points − own previous contribution
+                loss = loss + (soft_ce(self.fm(w, x_all), y_g, tau_all) - soft_ce(self.fm(w, x_own), y_prev, tau_own))
+            return loss / n_k
 
         res = self.local_train(start, data, rng, extra_loss=extra)
         v_new = v + self.rho(k, rnd) * (res.w - w_g)

@@ -9,12 +9,12 @@ report so other criteria can be applied later.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from fedbayes.config import paths, selection, sweep_points
+from fedbayes.fileio import write_text_atomic
 from fedbayes.reports.tables import cell_value
 
 
@@ -44,11 +44,7 @@ def select(p: dict, experiment: str, method: str) -> dict:
 
 def write_selection(p: dict, experiment: str, method: str, out: str | Path | None = None) -> dict:
     sel = select(p, experiment, method)
-    out = Path(out or selected_path(p, experiment, method))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(sel, indent=1) + "\n")
-    os.replace(tmp, out)
+    write_text_atomic(out or selected_path(p, experiment, method), json.dumps(sel, indent=1) + "\n")
     return sel
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedbayes.config import experiment_config, paths, seeds
+from fedbayes.fileio import write_text_atomic
 from fedbayes.reports.published import published_value
 
 PERCENT = {"test/acc"}
@@ -111,13 +111,6 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus
     learning-curve figures under ``reports/figures/``."""
@@ -125,8 +118,8 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
 
     out = Path(out)
     df = table_rows(p, name)
-    _write(out, df.to_csv(index=False, float_format="%.6g"))
-    _write(out.with_suffix(".md"), render_markdown(df, p, name))
+    write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
+    write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
     spec = p["tables"][name]
     fig_dir = Path(paths(p)["reports"]) / "figures"
     learning_curves(p, spec, fig_dir / f"{out.stem}_curves.png")
