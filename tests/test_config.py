@@ -146,3 +146,42 @@ def test_load_params_applies_scale(repo):
 def test_unknown_published_reference(params, schema):
     params["tables"]["table1"]["published"] = ["bayesadmm:table9"]
     bad(params, schema, r"paper 'bayesadmm' has no table 'table9'")
+
+
+def test_selection_from_reuses_the_source_grid_and_runs_none(params, schema):
+    from fedbayes.config import selection, swept_points
+
+    validate(params, schema)
+    exp = "fmnist-dir-k100"
+    assert params["experiments"][exp]["selection_from"] == "fmnist10-dir-k10"
+    assert swept_points(params, exp, "fedlap") == {}
+    assert sweep_points(params, exp, "fedlap") == sweep_points(params, "fmnist10-dir-k10", "fedlap")
+    assert selection(params, exp) == {"from": "fmnist10-dir-k10", "seed": 0}
+    point = next(iter(sweep_points(params, "fmnist10-dir-k10", "fedlap")))
+    assert method_hparams(params, exp, "fedlap", point)["delta"] == sweep_points(params, exp, "fedlap")[point]["delta"]
+    params["experiments"][exp]["selection_from"] = "nope"
+    bad(params, schema, r"selection_from 'nope' must name an experiment")
+
+
+def test_selection_from_needs_the_methods_in_the_source(params, schema):
+    params["experiments"]["fmnist-dir-k100"]["methods"] = ["fedavg", "fedadmm"]
+    bad(params, schema, r"selection_from 'fmnist10-dir-k10' lacks methods \['fedadmm'\]")
+
+
+def test_experiment_seeds_are_a_prefix_of_the_seeds(params, schema):
+    assert seeds(params, "fmnist-dir-k100") == [0] and seeds(params, "fmnist10-dir-k10") == [0, 1, 2]
+    assert seeds({**params, "scale": "smoke"}, "fmnist-dir-k100") == params["smoke"]["seeds"]
+    params["experiments"]["fmnist-dir-k100"]["seeds"] = [2]
+    bad(params, schema, r"seeds \[2\] must be the first seeds")
+
+
+def test_smoke_experiment_and_hparam_overrides(params):
+    from fedbayes.config import experiment_config
+
+    smoke = {**params, "scale": "smoke"}
+    assert experiment_config(smoke, "fmnist-dir-k100")["clients"] == 10
+    assert experiment_config(smoke, "fmnist10-dir-k10")["clients"] == 10
+    assert experiment_config(params, "fmnist-dir-k100")["clients"] == 100
+    point = next(iter(sweep_points(smoke, "fmnist10-dir-k10", "fedlap_func")))
+    assert method_hparams(smoke, "fmnist10-dir-k10", "fedlap_func", point)["server_iters"] == 100
+    assert method_hparams(params, "fmnist10-dir-k10", "fedlap_func", point)["server_iters"] == 5000

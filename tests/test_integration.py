@@ -1,7 +1,9 @@
-"""The real DAG at scale: smoke, in a temporary copy of the repository: Snakemake builds the table
-and the MLflow store; then DVC, after a FedAvg hyperparameter edit, reruns only the FedAvg runs and
-the table (not the raw data, not the partitions)."""
+"""The real DAG at scale: smoke, in a temporary copy of the repository: Snakemake builds the headline
+table, the FedLap paper's tables (rows whose data this offline machine cannot fetch read "not run") and
+the MLflow store; then DVC, after a FedAvg hyperparameter edit, reruns only the FedAvg runs and the
+tables (not the raw data, not the partitions, not the other methods' runs)."""
 
+import itertools
 import os
 import shutil
 import sqlite3
@@ -16,7 +18,9 @@ import yaml
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes"]
+COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
+        "reports/fedlap/NOTES.md"]
+TABLES = ["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
 
 
 def fmnist_available() -> bool:
@@ -25,7 +29,8 @@ def fmnist_available() -> bool:
 
 
 def sh(cmd, cwd, timeout=900):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db",
+           "FEDBAYES_OFFLINE": "1"}  # MNIST, CIFAR-10, UCI, FLamby: unavailable, never downloaded
     r = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, timeout=timeout, env=env)
     assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
     return r.stdout + r.stderr
@@ -54,40 +59,60 @@ def mtimes(root: Path, pattern: str) -> dict:
 
 
 def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
-    out = sh("snakemake --cores 2 reports/table1.csv", workdir)
+    out = sh("snakemake --cores 2 " + " ".join(TABLES), workdir)
     assert "round   3/3" in out  # per-round progress reaches the console
     p = yaml.safe_load((workdir / "params.yaml").read_text())
     seeds, exps = p["smoke"]["seeds"], p["tables"]["table1"]["experiments"]
+    methods = p["tables"]["table1"]["methods"]
     df = pd.read_csv(workdir / "reports/table1.csv")
-    assert set(df.experiment) == set(exps) and set(df.method) == {"fedavg"}
+    assert set(df.experiment) == set(exps) and set(df.method) == set(methods)
     assert (df.n_seeds == len(seeds)).all() and (df.scale == "smoke").all()
     acc = df[df.metric == "test/acc"].ours_mean
     assert ((acc > 10) & (acc <= 100)).all()  # above chance after 3 smoke rounds
     assert (workdir / "reports/table1.md").exists() and (workdir / "reports/figures/table1_curves.png").exists()
-    points = [f"local_epochs={e}" for e in p["methods"]["fedavg"]["sweep"]["local_epochs"][:p["smoke"]["sweep_limit"]]]
     expected_runs = set()
     for e in exps:
         sweep = pd.read_csv(workdir / f"reports/sweeps/{e}.csv")
-        assert sweep.point.tolist() == points and sweep.selected.sum() == 1
-        chosen = sweep[sweep.selected].point.iloc[0]
-        assert sweep.value.max() == sweep[sweep.selected].value.iloc[0]
-        assert set(df[df.experiment == e].point) == {chosen}
-        expected_runs |= {(e, pt, seeds[0]) for pt in points} | {(e, chosen, s) for s in seeds}
-        for s in seeds:
-            run = workdir / "results/runs/smoke" / e / "fedavg" / chosen / f"seed{s}"
-            assert {"history.csv", "metrics.json", "predictions.npz", "run.json"} <= {f.name for f in run.iterdir()}
-            assert not (run / "checkpoint.pt").exists()
+        for m in methods:
+            s = sweep[sweep.method == m]
+            grid = p["methods"][m].get("overrides", {}).get(e, {}).get("sweep") or p["methods"][m]["sweep"]
+            assert len(s) == min(p["smoke"]["sweep_limit"], len(list(itertools.product(*grid.values()))))
+            assert s.selected.sum() == 1 and s.value.max() == s[s.selected].value.iloc[0]
+            chosen = s[s.selected].point.iloc[0]
+            assert set(df[(df.experiment == e) & (df.method == m)].point) == {chosen}
+            expected_runs |= {(e, m, pt, seeds[0]) for pt in s.point} | {(e, m, chosen, sd) for sd in seeds}
+            for sd in seeds:
+                run = workdir / "results/runs/smoke" / e / m / chosen / f"seed{sd}"
+                assert {"history.csv", "metrics.json", "predictions.npz", "run.json"} <= {f.name for f in run.iterdir()}
+                assert not (run / "checkpoint.pt").exists()
+    # the FedLap tables: FMNIST rows ran, rows whose data is unavailable here say so
+    t1 = pd.read_csv(workdir / "reports/fedlap/table1.csv")
+    ran = t1[t1.experiment.isin(["fmnist10-iid-k10", "fmnist10-dir-k10", "fmnist-dir-k100"])]
+    assert (ran.status == "ok").all() and ran.ours_mean.notna().all()
+    k100 = pd.read_csv(workdir / "reports/sweeps/fmnist-dir-k100.csv")
+    assert (k100.criterion == "selected on fmnist10-dir-k10").all()
+    for m in k100.method:
+        src = pd.read_csv(workdir / "reports/sweeps/fmnist10-dir-k10.csv")
+        assert k100[k100.method == m].point.iloc[0] == src[(src.method == m) & src.selected].point.iloc[0]
+        expected_runs |= {("fmnist-dir-k100", m, k100[k100.method == m].point.iloc[0], sd) for sd in seeds}
+    missing = t1[t1.experiment.isin(["mnist-iid-k10", "cifar10-dir-k10", "credit-het-k10", "flamby-heart-k4"])]
+    assert missing.status.str.startswith("not run (data unavailable").all() and missing.ours_mean.isna().all()
+    assert "not run" in (workdir / "reports/fedlap/table1.md").read_text()
+    t3 = pd.read_csv(workdir / "reports/fedlap/table3.csv")
+    assert set(t3[t3.experiment == "fmnist10-iid-k10"].target) == {75, 78}
+    t5 = pd.read_csv(workdir / "reports/fedlap/table5.csv")
+    assert set(t5[t5.status == "ok"]["round"]) == {3} and set(t5.metric) == {"test/nll"}
     # MLflow: one experiment per experiment, one finished run per (method, seed), per-round metrics with step = round
     con = sqlite3.connect(workdir / "mlflow.db")
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "
                        "where r.lifecycle_stage = 'active'").fetchall()
-    assert sorted(runs) == sorted((f"smoke-{e}", f"fedavg[{pt}]-seed{s}", "FINISHED") for e, pt, s in expected_runs)
+    assert sorted(runs) == sorted((f"smoke-{e}", f"{m}[{pt}]-seed{s}", "FINISHED") for e, m, pt, s in expected_runs)
     steps = con.execute("select distinct step from metrics where key = 'test/acc' order by step").fetchall()
     assert [s for (s,) in steps] == [0, 1, 2, 3]
     tags = {k for (k,) in con.execute("select distinct key from tags")}
     assert {"git_sha", "partition_hash", "device", "config_hash", "run_key", "selected"} <= tags
     # a second invocation has nothing to do
-    assert "Nothing to be done" in sh("snakemake --cores 2 reports/table1.csv", workdir)
+    assert "Nothing to be done" in sh("snakemake --cores 2 " + " ".join(TABLES), workdir)
 
 
 def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
@@ -97,6 +122,7 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     before_data = mtimes(workdir, "data/raw/*/*")
     before_parts = mtimes(workdir, "data/partitions/smoke/*/*.npz")
     before_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
+    before_other = mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv")
     table_before = (workdir / "reports/table1.csv").read_text()
 
     p = yaml.safe_load((workdir / "params.yaml").read_text())
@@ -104,10 +130,11 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     (workdir / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     out = sh("dvc repro", workdir)
     assert "Stage 'data' didn't change, skipping" in out
-    assert "Running stage 'table1'" in out
+    assert "Running stage 'table1'" in out and "Running stage 'fedlap_tables'" in out
     assert mtimes(workdir, "data/raw/*/*") == before_data
     assert mtimes(workdir, "data/partitions/smoke/*/*.npz") == before_parts
     after_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
     assert after_runs.keys() == before_runs.keys() and all(after_runs[k] > before_runs[k] for k in before_runs)
+    assert mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv") == before_other
     assert (workdir / "reports/table1.csv").read_text() != table_before
     assert "Data and pipelines are up to date" in sh("dvc status", workdir)

@@ -34,7 +34,7 @@ def test_published_lookup_matches_the_papers():
     assert published_value(["fedlap:table1"], "fmnist10-iid-k10", "fedavg", "test/nll", 10) is None
     # the FMNIST baselines of BayesADMM Table 1 are FedLap's Table 1 (the paper copies them)
     b, f = load_paper("bayesadmm")["tables"]["table1"]["rows"], load_paper("fedlap")["tables"]["table1"]["rows"]
-    for exp in f:
+    for exp in b:
         for m in ("fedavg", "fedprox", "feddyn", "fedlap", "fedlap_cov"):
             assert b[exp][m]["test/acc"] == f[exp][m]["test/acc"]
 
@@ -54,8 +54,15 @@ def write_run(d, exp, seed, acc, nll):
 def table_params(repo, tmp_path):
     """Fake finished runs: a 3-point local_epochs sweep on seed 0 (E=5 best), E=5 on every seed."""
     p = yaml.safe_load((repo / "params.yaml").read_text())
-    p["paths"] = {**p["paths"], "runs": str(tmp_path / "runs"), "reports": str(tmp_path / "reports")}
+    p["paths"] = {**p["paths"], "runs": str(tmp_path / "runs"), "reports": str(tmp_path / "reports"),
+                  "work": str(tmp_path / "work")}
+    (tmp_path / "work" / "data").mkdir(parents=True)
+    for d in ("fmnist", "mnist5k"):  # the data checkpoint's record: obtained on this machine
+        (tmp_path / "work" / "data" / f"{d}.json").write_text(json.dumps({"dataset": d, "available": True}))
     p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 5, 10]}}
+    p["tables"]["table1"]["methods"] = ["fedavg"]
+    for exp in p["tables"]["table1"]["experiments"]:
+        p["experiments"][exp]["methods"] = ["fedavg"]
     rng = np.random.default_rng(0)
     rounds = list(range(0, 51))
     for exp in p["tables"]["table1"]["experiments"]:
@@ -123,3 +130,72 @@ def test_smoke_table_has_no_published_column(table_params, tmp_path):
         write_selection(p, exp, "fedavg")
     df = build_table(p, "table1", tmp_path / "smoke_table1.csv")
     assert df.published_source.eq("").all() and (df.scale == "smoke").all()
+
+
+def test_published_targets_nulls_and_row_rounds():
+    # Table 3 is addressed by target; a "—" cell (not reached) is a null
+    assert published_value(["fedlap:table3"], "fmnist10-iid-k10", "fedavg", "test/acc", target=75)[:2] == (15, 1)
+    assert published_value(["fedlap:table3"], "fmnist10-dir-k10", "fedavg", "test/acc", target=78)[:2] == (None, None)
+    assert published_value(["fedlap:table3"], "fmnist10-dir-k10", "fedlap_cov", "test/acc", target=78)[:2] == (22, 6)
+    # Table 5: MNIST homogeneous is reported at round 20, the others at 50
+    assert published_value(["fedlap:table5"], "mnist-iid-k10", "fedavg", "test/nll", 20)[:2] == (0.11, 0.01)
+    assert published_value(["fedlap:table5"], "mnist-iid-k10", "fedavg", "test/nll", 50) is None
+    assert published_value(["fedlap:table5"], "fmnist-dir-k100", "fedlap_cov", "test/nll", 50)[:2] == (0.49, 0.01)
+    assert published_value(["fedlap:table2"], "fmnist10-dir-k10", "fedlap_cov", "test/acc", 50)[:2] == (80.9, 0.5)
+
+
+def test_rounds_to_target_uses_the_first_unsmoothed_round():
+    from fedbayes.reports.tables import rounds_to_target
+
+    h = pd.DataFrame({"round": [0, 1, 2, 3, 4], "test/acc": [0.9, 0.5, 0.76, 0.74, 0.8]})
+    assert rounds_to_target(h, 75) == 2  # round 0 (before training) never counts
+    assert rounds_to_target(h, 79) == 4 and np.isnan(rounds_to_target(h, 81))
+
+
+@pytest.fixture
+def fedlap_params(table_params, tmp_path):
+    """A paper-layout rounds-to-target table over one experiment that ran (fmnist10-iid-k10: FedAvg
+    reaches 75 % on every seed; the fake FedProx runs miss 78 % on one seed) and one whose data is
+    unavailable (mnist-iid-k10)."""
+    p = copy.deepcopy(table_params)
+    (tmp_path / "work" / "data" / "mnist.json").write_text(json.dumps(
+        {"dataset": "mnist", "available": False, "reason": "file train-images: no source gave a verified copy:\n..."}))
+    p["methods"]["fedprox"] = {"sweep": {"alpha": [0.1]}}
+    exp = "fmnist10-iid-k10"
+    p["experiments"][exp]["methods"] = ["fedavg", "fedprox"]
+    for s in p["seeds"]:
+        top = 0.80 if s != 1 else 0.77
+        write_run(tmp_path / "runs" / exp / "fedprox" / "alpha=0.1" / f"seed{s}", exp, s,
+                  {r: min(top, 0.5 + 0.01 * r) for r in range(51)}, {r: 1.0 for r in range(51)})
+    write_selection(p, exp, "fedprox")
+    p["tables"]["fedlap/table3"] = {
+        "title": "rounds to target", "experiments": ["mnist-iid-k10", exp], "methods": ["fedavg", "fedprox"],
+        "statistic": "rounds_to_target", "targets": {"mnist-iid-k10": [97.5], exp: [75, 78]},
+        "metrics": ["test/acc"], "tolerance": {"test/acc": 3}, "published": ["fedlap:table3"], "layout": "paper"}
+    return p
+
+
+def test_rounds_to_target_table_with_unavailable_data(fedlap_params, tmp_path):
+    df = build_table(fedlap_params, "fedlap/table3", tmp_path / "reports" / "fedlap" / "table3.csv")
+    mnist = df[df.experiment == "mnist-iid-k10"]
+    assert len(mnist) == 2 and mnist.status.str.startswith("not run (data unavailable: file train-images").all()
+    assert mnist.ours_mean.isna().all() and (mnist.n_seeds == 0).all() and mnist.published_mean.tolist() == [6, 6]
+    ran = df[df.experiment == "fmnist10-iid-k10"].set_index(["method", "target"])
+    # fake FedAvg E=5 runs: acc = 0.5 + 0.006 r (+ noise) first reaches 75 % at round 42
+    assert ran.loc[("fedavg", 75.0)].ours_mean == pytest.approx(42, abs=1) and ran.loc[("fedavg", 75.0)].n_seeds == 3
+    assert ran.loc[("fedavg", 75.0)].published_mean == 15 and ran.loc[("fedavg", 75.0)]["diff"] > 20
+    assert ran.loc[("fedprox", 75.0)].ours_mean == 25 and ran.loc[("fedprox", 75.0)].ours_std == 0
+    miss = ran.loc[("fedprox", 78.0)]
+    assert np.isnan(miss.ours_mean) and miss.note.startswith("target not reached by 1 of 3 seeds")
+    md = (tmp_path / "reports" / "fedlap" / "table3.md").read_text()
+    assert "| mnist-iid-k10 | 97.5 % | not run / 6.0 ± 1.0 | not run / 6.0 ± 1.0 |" in md
+    assert "— (target not reached by 1 of 3 seeds" in md and "Not run on the machine" in md
+    assert (tmp_path / "reports" / "figures" / "fedlap_table3_curves.png").exists()
+
+
+def test_method_missing_from_an_experiment_is_not_run(fedlap_params, tmp_path):
+    p = fedlap_params
+    p["tables"]["fedlap/table3"]["methods"] = ["fedavg", "fedprox", "fedlap"]
+    df = build_table(p, "fedlap/table3", tmp_path / "t3.csv")
+    row = df[(df.experiment == "fmnist10-iid-k10") & (df.method == "fedlap")].iloc[0]
+    assert row.status == "not run (fedlap is not in experiments.fmnist10-iid-k10.methods)"

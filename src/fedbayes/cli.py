@@ -7,10 +7,15 @@ names (experiment, method, seed) and paths; the numbers come from the one source
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+
+OFFLINE_ENV = "FEDBAYES_OFFLINE"  # set (non-empty): `fedbayes data` uses local sources only, never downloads
 
 
 def _params(args):
@@ -31,38 +36,107 @@ def cmd_validate(args) -> None:
 
 
 def cmd_data(args) -> None:
-    from fedbayes.data import fetch
+    import json
 
+    from fedbayes.data import DataUnavailableError
+    from fedbayes.fileio import write_text_atomic
+
+    if args.status and len(args.names) != 1:
+        raise SystemExit("fedbayes data: --status takes exactly one dataset")
     for name in args.names:
-        path = fetch(name, root=args.root, download=not args.no_download)
+        try:
+            path = fetch_dataset(name, args.root, download=not args.no_download)
+        except DataUnavailableError as e:
+            if not args.status:
+                raise
+            # recorded, not raised: tables show this experiment's rows as "not run (data unavailable)"
+            write_text_atomic(args.status, json.dumps({"dataset": name, "available": False, "reason": str(e)},
+                                                      indent=1) + "\n")
+            print(f"{name}: unavailable on this machine (recorded in {args.status}):\n{e}", file=sys.stderr)
+            continue
+        if args.status:
+            write_text_atomic(args.status, json.dumps({"dataset": name, "available": True,
+                                                       "manifest": str(path / "manifest.json")}, indent=1) + "\n")
         print(f"{name}: {path}")
 
 
-def cmd_partition(args) -> None:
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock (``<path>.lock``) while parallel jobs create the same data or partition file."""
+    import fcntl
+
+    lock = Path(str(path) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def fetch_dataset(name: str, root: str, download: bool = True):
+    """Fetch (idempotently) under a lock: a training job fetches its own data when it is missing."""
+    from fedbayes.data import fetch
+
+    with _locked(Path(root) / name):
+        return fetch(name, root=root, download=download and not os.environ.get(OFFLINE_ENV))
+
+
+def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str | None = None) -> dict:
+    """Split the experiment's data into clients for ``seed`` and save it (deterministic: the same
+    configuration and data always give the same file). Returns the stored metadata."""
     from fedbayes import data as ds
-    from fedbayes.config import partition_config
+    from fedbayes.config import ConfigError, partition_config
     from fedbayes.engine import seeds
     from fedbayes.partition import class_counts, make_partition, plot_partition, save_partition, subsample
 
-    p = _params(args)
-    pc = partition_config(p, args.experiment, args.seed)
+    pc = partition_config(p, experiment, seed)
     arrays = ds.load(pc["dataset"], root=p["paths"]["raw"])
-    rng = seeds.rng(args.seed, seeds.PARTITION)
+    rng = seeds.rng(seed, seeds.PARTITION)
     pool = np.arange(len(arrays.y_train))
     if pc["subsample"] < 1.0:
         pool = subsample(len(pool), pc["subsample"], rng)
     scheme = dict(pc["partition"])
     name = scheme.pop("scheme")
-    local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
+    if name == "natural":  # the dataset's own clients (FLamby-Heart: the four hospitals)
+        groups = ds.train_groups(pc["dataset"], root=p["paths"]["raw"])[pool]
+        local = [np.flatnonzero(groups == g) for g in np.unique(groups)]
+        if len(local) != pc["clients"]:
+            raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
+                              f"params.yaml says clients: {pc['clients']}")
+    else:
+        local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
     parts = [pool[ix] for ix in local]
     meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=p["paths"]["raw"])}
-    h = save_partition(args.out, parts, arrays.y_train, arrays.n_classes, meta)
+    h = save_partition(out, parts, arrays.y_train, arrays.n_classes, meta)
     counts = class_counts(arrays.y_train, parts, arrays.n_classes)
-    if args.figure:
-        plot_partition(counts, args.figure, title=f"{args.experiment} seed {args.seed} ({name})")
+    if figure:
+        plot_partition(counts, figure, title=f"{experiment} seed {seed} ({name})")
     sizes = counts.sum(1)
-    print(f"{args.experiment} seed {args.seed}: {len(parts)} clients, sizes {sizes.min()}–{sizes.max()} "
+    print(f"{experiment} seed {seed}: {len(parts)} clients, sizes {sizes.min()}–{sizes.max()} "
           f"(total {sizes.sum()}), hash {h[:12]}")
+    return {**meta, "hash": h}
+
+
+def ensure_partition(p: dict, experiment: str, seed: int, path: str) -> None:
+    """The partition file a run needs: reused when it holds this configuration, else (re)written."""
+    from fedbayes.config import partition_config
+    from fedbayes.partition import load_partition
+
+    want = partition_config(p, experiment, seed)
+    with _locked(Path(path)):
+        if Path(path).exists():
+            _, meta = load_partition(path)
+            if all(meta.get(k) == v for k, v in want.items()):
+                return
+        write_partition(p, experiment, seed, path)
+
+
+def cmd_partition(args) -> None:
+    p = _params(args)
+    with _locked(Path(args.out)):
+        write_partition(p, args.experiment, args.seed, args.out, args.figure)
 
 
 def cmd_train(args) -> None:
@@ -73,6 +147,12 @@ def cmd_train(args) -> None:
 
     p = _params(args)
     cfg = run_config(p, args.experiment, args.method, args.seed, args.point)
+    # a run depends only on committed files in the DAG (so a fresh clone reuses finished runs): it
+    # fetches its data and writes its partition itself when they are missing
+    for d in (cfg["dataset"], cfg.get("ood")):
+        if d:
+            fetch_dataset(d, p["paths"]["raw"])
+    ensure_partition(p, args.experiment, args.seed, args.partition)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(p.get("device", "auto"))
@@ -101,6 +181,8 @@ def cmd_select(args) -> None:
     from fedbayes.reports.selection import write_selection
 
     sel = write_selection(_params(args), args.experiment, args.method, args.out)
+    if "from" in sel["criterion"]:
+        print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
     for c in sel["candidates"]:
         print(f"{args.experiment}/{args.method} {c['point']:>20}: {sel['criterion']['metric']} = {c['value']:.4f}"
               + ("   <- selected" if c["point"] == sel["point"] else ""))
@@ -146,6 +228,8 @@ def main(argv=None) -> None:
     sp.add_argument("names", nargs="+")
     sp.add_argument("--root", default="data/raw")
     sp.add_argument("--no-download", action="store_true", help="use local mirrors only")
+    sp.add_argument("--status", help="write whether the dataset could be obtained to this JSON file and "
+                                     "exit 0 either way (the DAG's data checkpoint)")
     sp.set_defaults(fn=cmd_data)
 
     sp = with_params(sub.add_parser("partition", help="split one experiment's data into clients for one seed"))

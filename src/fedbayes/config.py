@@ -85,6 +85,14 @@ def check_semantics(params: dict) -> None:
                 n = round(n_train * e.get("subsample", 1.0))
                 if e["clients"] > n:
                     problems.append(f"{where}: {e['clients']} clients but only {n} training points")
+            src = e.get("selection_from")
+            if src and (src not in params["experiments"] or params["experiments"][src].get("selection_from")):
+                problems.append(f"{where}: selection_from {src!r} must name an experiment that runs its own sweep")
+            elif src and not set(e["methods"]) <= set(experiment_config(p, src)["methods"]):
+                problems.append(f"{where}: selection_from {src!r} lacks methods "
+                                f"{sorted(set(e['methods']) - set(experiment_config(p, src)['methods']))}")
+            if e.get("seeds") and e["seeds"] != seeds(p)[:len(e["seeds"])] and scale == "paper":
+                problems.append(f"{where}: seeds {e['seeds']} must be the first seeds of {seeds(p)}")
             if any(r > e["rounds"] for r in e["report_rounds"]):
                 problems.append(f"{where}: report_rounds {e['report_rounds']} exceed rounds {e['rounds']}")
         for s in seeds(p):
@@ -112,16 +120,24 @@ def check_semantics(params: dict) -> None:
 
 def selection(params: dict, experiment: str) -> dict:
     """How a sweep point is chosen: the table metric/statistic at the experiment's last reported
-    round, on the first seed (``params.selection``)."""
+    round, on the first seed (``params.selection``); or, for an experiment with ``selection_from``,
+    the point that experiment selected (its grid does not run again)."""
+    source = experiment_config(params, experiment).get("selection_from")
+    if source:
+        return {"from": source, "seed": seeds(params)[0]}
     sel = dict(params["selection"])
     sel["round"] = experiment_config(params, experiment)["report_rounds"][-1]
     sel["seed"] = seeds(params)[0]
     return sel
 
 
-def seeds(params: dict) -> list[int]:
+def seeds(params: dict, experiment: str | None = None) -> list[int]:
+    """The run seeds: ``seeds`` (or ``smoke.seeds``), or the experiment's own ``seeds`` (a prefix of
+    them, for experiments too costly for every seed) at paper scale."""
     if params.get("scale", "paper") == "smoke":
         return list(params.get("smoke", {}).get("seeds", params["seeds"]))
+    if experiment is not None and params["experiments"][experiment].get("seeds"):
+        return list(params["experiments"][experiment]["seeds"])
     return list(params["seeds"])
 
 
@@ -131,7 +147,8 @@ def experiment_config(params: dict, name: str) -> dict:
         raise ConfigError(f"unknown experiment {name!r}; params.yaml defines {sorted(params['experiments'])}")
     e = copy.deepcopy(params["experiments"][name])
     if params.get("scale", "paper") == "smoke":
-        e = deep_merge(e, params.get("smoke", {}).get("experiment"))
+        smoke = params.get("smoke", {})
+        e = deep_merge(deep_merge(e, smoke.get("experiment")), (smoke.get("experiments") or {}).get(name))
     e["name"] = name
     return e
 
@@ -147,12 +164,23 @@ def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict
     return deep_merge(spec, over), grid
 
 
+def swept_points(params: dict, experiment: str, method: str) -> dict[str, dict]:
+    """The grid points that run on the first seed: the sweep, or none when the experiment takes its
+    selection from another experiment (``selection_from``)."""
+    if experiment_config(params, experiment).get("selection_from"):
+        return {}
+    return sweep_points(params, experiment, method)
+
+
 def sweep_points(params: dict, experiment: str, method: str) -> dict[str, dict]:
     """The grid of a method's sweep as {point id: hyperparameter values}, in grid order.
 
     A point id names its values (``local_epochs=5``, keys sorted, joined by ``+``); a method without
     a sweep has the single point ``default``. At smoke scale only the first ``smoke.sweep_limit``
-    points run."""
+    points run. An experiment with ``selection_from`` has the grid of that experiment."""
+    source = experiment_config(params, experiment).get("selection_from")
+    if source:
+        return sweep_points(params, source, method)
     _, grid = _method_spec(params, experiment, method)
     if not grid:
         return {DEFAULT_POINT: {}}
@@ -172,7 +200,7 @@ def method_hparams(params: dict, experiment: str, method: str, point: str = DEFA
     fixed, _ = _method_spec(params, experiment, method)
     hp = deep_merge(e["train"], fixed)
     if params.get("scale", "paper") == "smoke":
-        hp = deep_merge(hp, params.get("smoke", {}).get("train"))
+        hp = deep_merge(deep_merge(hp, params.get("smoke", {}).get("train")), params.get("smoke", {}).get("hparams"))
     points = sweep_points(params, experiment, method)
     if point not in points:
         raise ConfigError(f"{experiment}/{method}: no sweep point {point!r}; the grid has {list(points)}")

@@ -1,9 +1,10 @@
 # Shared helpers: resolved configuration, paths and the code each rule depends on.
+import hashlib
 import json
 from pathlib import Path
 
 from fedbayes.config import (check_semantics, experiment_config, partition_config, paths, run_config, seeds,
-                             selection, sweep_points)
+                             selection, swept_points, sweep_points)
 
 check_semantics(config)  # unknown names, impossible sizes: a clear error before any job
 
@@ -38,13 +39,44 @@ def code(*parts):
     return files
 
 
+def fixed(files):
+    """Inputs whose timestamps must not trigger reruns (Snakemake's ``ancient``): code, raw data and
+    partitions. A fresh clone writes them after the committed results (history.csv, metrics.json), and
+    partitions are regenerated there, so by mtime every finished run would look stale. What they hold is
+    compared instead, through params: the resolved configuration and ``code_hash`` of the sources."""
+    return [ancient(f) for f in files]
+
+
+def code_hash(files):
+    """Content hash of package sources (paths relative to the package, so it is the same in any clone)."""
+    import fedbayes
+
+    root = Path(fedbayes.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: str(Path(f).resolve().relative_to(root))):
+        h.update(str(Path(f).resolve().relative_to(root)).encode() + b"\0" + Path(f).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def method_code(method):
-    """The module that defines a method (the registry in methods/__init__.py is not code a run depends on)."""
+    """The modules a method runs: those defining its class and base classes, and the fedbayes.methods
+    modules they import from (e.g. curvature.py for FedLap-Cov); not the registry in __init__.py."""
     import inspect
+    import sys
 
     from fedbayes.methods import METHODS
 
-    return [inspect.getsourcefile(METHODS[method])]
+    files = set()
+    for cls in inspect.getmro(METHODS[method]):
+        mod = sys.modules[cls.__module__]
+        if not mod.__name__.startswith("fedbayes.methods."):
+            continue
+        files.add(inspect.getsourcefile(mod))
+        for obj in vars(mod).values():
+            used = inspect.getmodule(obj)
+            if used is not None and used.__name__.startswith("fedbayes.methods."):
+                files.add(inspect.getsourcefile(used))
+    return sorted(files)
 
 
 def dataset_code(experiment_name):
@@ -64,9 +96,14 @@ def experiment(name):
     return experiment_config(config, name)
 
 
-def datasets_of(name):
+def experiment_datasets(name):
     e = experiment(name)
-    return [f"{RAW}/{d}/manifest.json" for d in (e["dataset"], e.get("ood")) if d]
+    return [d for d in (e["dataset"], e.get("ood")) if d]
+
+
+def datasets_of(name):
+    """The data checkpoint's status files of an experiment's datasets (inputs of partition and train)."""
+    return [f"{WORK}/data/{d}.json" for d in experiment_datasets(name)]
 
 
 def partition_figure(wc):

@@ -4,12 +4,13 @@
 
 rule evaluate:
     input:
-        predictions=f"{RUN}/predictions.npz",
+        history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
         run=f"{RUN}/run.json",
-        code=code("eval"),
+        code=fixed(code("eval")),
     output:
         f"{RUN}/metrics.json",
     params:
+        code=code_hash(code("eval")),
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
     shell:
         "fedbayes evaluate '{params.out}'"
@@ -19,12 +20,15 @@ checkpoint select:
     input:
         metrics=lambda wc: [
             f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json"
-            for pt in sweep_points(config, wc.experiment, wc.method)
+            for pt in swept_points(config, wc.experiment, wc.method)
         ],
-        code=code("reports/selection.py", "reports/tables.py"),
+        source=lambda wc: [f"{RUNS}/{s}/{wc.method}/selected.json"
+                           for s in [experiment(wc.experiment).get("selection_from")] if s],
+        code=fixed(code("reports/selection.py", "reports/tables.py")),
     output:
         f"{RUNS}/{{experiment}}/{{method}}/selected.json",
     params:
+        code=code_hash(code("reports/selection.py", "reports/tables.py")),
         grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
     shell:

@@ -3,13 +3,14 @@
 
 rule partition:
     input:
-        data=lambda wc: datasets_of(wc.experiment)[:1],
-        code=lambda wc: code("partition", "engine/seeds.py") + dataset_code(wc.experiment),
+        data=lambda wc: fixed(datasets_of(wc.experiment)[:1]),
+        code=lambda wc: fixed(code("partition", "engine/seeds.py") + dataset_code(wc.experiment)),
     output:
         npz=f"{PART}/{{experiment}}/seed{{seed}}.npz",
         figure=f"{REPORTS}/figures/partitions/{{experiment}}_seed{{seed}}.png" if SCALE == "paper" else f"{PART}/{{experiment}}/seed{{seed}}.png",
     params:
         cfg=lambda wc: json.dumps(partition_config(config, wc.experiment, int(wc.seed)), sort_keys=True),
+        code=lambda wc: code_hash(code("partition", "engine/seeds.py") + dataset_code(wc.experiment)),
     log:
         f"{WORK}/logs/partition/{{experiment}}/seed{{seed}}.log",
     shell:

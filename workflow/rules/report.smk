@@ -1,39 +1,55 @@
 # Tables (ours vs published), their learning-curve figures and the sweep reports they rest on.
 # One rule per table; each (experiment, method) of a table is its own input function, so Snakemake
 # schedules every sweep selection (a checkpoint) of the table at once rather than one after another.
+# An experiment whose data could not be obtained on this machine (the data checkpoint) contributes no
+# inputs: its rows read "not run (data unavailable: ...)".
 
 
 def selected_runs(experiment, method):
     """Input function: the runs of the selected point (all seeds) and the MLflow markers of every run."""
 
     def inputs(wc):
+        if not experiment_available(experiment):
+            return []
         point = selected_point(experiment, method)
         sel_seed = selection(config, experiment)["seed"]
-        runs = [run_dir(experiment, method, point, s) for s in seeds(config)]
-        markers = {f"{WORK}/mlflow/{experiment}/{method}/{point}/seed{s}.run" for s in seeds(config)}
+        runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment)]
+        markers = {f"{WORK}/mlflow/{experiment}/{method}/{point}/seed{s}.run" for s in seeds(config, experiment)}
         markers |= {f"{WORK}/mlflow/{experiment}/{method}/{pt}/seed{sel_seed}.run"
-                    for pt in sweep_points(config, experiment, method)}
+                    for pt in swept_points(config, experiment, method)}
         return [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs] + sorted(markers)
 
     return inputs
+
+
+def table_status(experiments):
+    """Input function: the data status of every dataset of the table's experiments."""
+    return lambda wc: sorted({f"{WORK}/data/{d}.json" for e in experiments for d in experiment_datasets(e)})
+
+
+def sweep_reports(experiments):
+    return lambda wc: [f"{REPORTS}/sweeps/{e}.csv" for e in experiments if experiment_available(e)]
 
 
 for _table, _spec in config["tables"].items():
 
     rule:
         name:
-            f"table_{_table}"
+            f"table_{_table.replace('/', '_')}"
         input:
-            *[selected_runs(e, m) for e in _spec["experiments"] for m in _spec["methods"]],
-            sweeps=[f"{REPORTS}/sweeps/{e}.csv" for e in _spec["experiments"]],
+            *[selected_runs(e, m) for e in _spec["experiments"] for m in _spec["methods"]
+              if m in experiment(e)["methods"]],
+            status=table_status(_spec["experiments"]),
+            sweeps=sweep_reports(_spec["experiments"]),
             notes=[_spec["notes"]] if "notes" in _spec else [],
-            code=code("reports", "papers"),
+            code=fixed(code("reports", "papers")),
         output:
             csv=f"{REPORTS}/{_table}.csv",
             md=f"{REPORTS}/{_table}.md",
-            figure=f"{REPORTS}/figures/{_table}_curves.png",
+            figure=f"{REPORTS}/figures/{_table.replace('/', '_')}_curves.png",
         params:
             spec=json.dumps(_spec, sort_keys=True),
+            code=code_hash(code("reports", "papers")),
             name=_table,
         shell:
             cli("table") + " {params.name} --out {output.csv}"

@@ -22,6 +22,15 @@ from .sources import MIRRORS_ENV, DataIntegrityError, DataUnavailableError, File
 
 from . import images, tabular  # noqa: E402,F401  (register their datasets)
 
+
+def train_groups(name: str, root=DEFAULT_ROOT):
+    """The natural client (e.g. hospital) of every training row of a federated dataset, for the
+    ``natural`` partition scheme."""
+    groups = {"flamby_heart": lambda r: tabular.flamby_centres(r)[0]}
+    if name not in groups:
+        raise ValueError(f"dataset {name!r} has no natural clients; natural splits exist for {sorted(groups)}")
+    return groups[name](root)
+
 __all__ = [
     "DATASETS",
     "DEFAULT_ROOT",
@@ -39,5 +48,6 @@ __all__ = [
     "parse_idx",
     "read_idx",
     "register",
+    "train_groups",
     "write_idx",
 ]

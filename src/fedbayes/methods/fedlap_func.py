@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedbayes.methods.base import make_optimizer
 from fedbayes.methods.fedlap import FedLap
 
 
@@ -102,7 +103,7 @@ class FedLapFunc(FedLap):
             return server
         wbar, delta = server["w"], float(self.hp["delta"])
         w = wbar.clone().requires_grad_(True)
-        opt = torch.optim.Adam([w], lr=float(self.hp.get("server_lr", 1e-3)))
+        opt = make_optimizer("adam", [w], float(self.hp.get("server_lr", 1e-3)))
         for _ in range(int(self.hp.get("server_iters", 5000))):
             obj = 0.5 * delta * (w - wbar).square().sum() + soft_ce(self.fm(w, server["x_mem"]), server["yhat"], server["tau_mem"])
             opt.zero_grad(set_to_none=True)

@@ -26,7 +26,41 @@ def mlp(in_features: int, n_classes: int, hidden=(200, 100), activation: str = "
     return nn.Sequential(*layers)
 
 
-MODELS = {"mlp": mlp}
+class PadZeroLogit(nn.Module):
+    """(N, 1) → (N, 2) logits [0, z]: softmax over them is [1 − σ(z), σ(z)], so cross-entropy on these
+    two logits is exactly the binary cross-entropy of a sigmoid output (and the GGN is σ(1 − σ) JᵀJ)."""
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.zeros_like(z), z], dim=-1)
+
+
+def logistic(in_features: int, n_classes: int = 2) -> nn.Module:
+    """Logistic regression (UCI Credit, FLamby-Heart; FedLap spec §4.3): Linear(D → 1) with bias and a
+    sigmoid likelihood, written as two-class logits [0, z] so every method and metric treats it like
+    any classifier. ``n_classes`` > 2 gives multinomial logistic regression (Linear(D → C))."""
+    if n_classes == 2:
+        return nn.Sequential(nn.Flatten(), nn.Linear(in_features, 1), PadZeroLogit())
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, n_classes))
+
+
+def cifar_cnn(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
+    """The CIFAR-10 CNN of FROMP (Pan et al. 2020) and Zenke et al. 2017, used by FedLap (spec §4.3):
+    conv32-conv32-pool-drop.25, conv64-conv64-pool-drop.25, fc512-drop.5, fc10; 1,250,858 parameters
+    for 3×32×32 inputs. Dropout is on in local training and off in evaluation and curvature passes."""
+    c, h, w = in_shape
+    size = lambda s: ((s - 2) // 2 - 2) // 2  # noqa: E731  (padding 1, then 0, then pool; twice)
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.25),
+        nn.Flatten(), nn.Linear(64 * size(h) * size(w), 512), nn.ReLU(), nn.Dropout(0.5), nn.Linear(512, n_classes))
+
+
+# name → builder(input shape, number of classes, **params.yaml model options)
+MODELS = {
+    "mlp": lambda shape, n_classes, **kw: mlp(math.prod(shape), n_classes, **kw),
+    "logistic": lambda shape, n_classes, **kw: logistic(math.prod(shape), n_classes, **kw),
+    "cifar_cnn": lambda shape, n_classes, **kw: cifar_cnn(tuple(shape), n_classes, **kw),
+}
 
 
 def _has_hooks(module: nn.Module) -> bool:
@@ -37,7 +71,7 @@ def _has_hooks(module: nn.Module) -> bool:
 def build_model(name: str, in_shape: tuple[int, ...], n_classes: int, **kwargs) -> nn.Module:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
-    return MODELS[name](math.prod(in_shape), n_classes, **kwargs)
+    return MODELS[name](tuple(in_shape), n_classes, **kwargs)
 
 
 class FlatModel:

@@ -16,18 +16,26 @@ PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats
 
 
 def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
+    """Curves of the table's experiments that ran here (those whose data was unavailable are listed
+    in the figure's title instead); dashed lines mark rounds-to-target tables' targets."""
     from fedbayes.reports.published import published_value
     from fedbayes.reports.selection import run_dir, selected_point
+    from fedbayes.reports.tables import experiment_status
 
-    exps = spec["experiments"]
-    fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * len(exps)), layout="constrained")
+    exps = [x for x in spec["experiments"] if experiment_status(p, x) == "ok"]
+    skipped = [x for x in spec["experiments"] if x not in exps]
+    fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * max(len(exps), 1)), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(exps), len(PANELS), squeeze=False)
+    if skipped:
+        fig.suptitle("not run here (data unavailable): " + ", ".join(skipped), fontsize=9)
+    axes = fig.subplots(max(len(exps), 1), len(PANELS), squeeze=False)
     for i, exp in enumerate(exps):
         e = experiment_config(p, exp)
-        for method in spec["methods"]:
+        for target in spec.get("targets", {}).get(exp, []):
+            axes[i][0].axhline(target, ls="--", lw=0.8, color="grey")
+        for method in [m for m in spec["methods"] if m in e["methods"]]:
             point = selected_point(p, exp, method)
-            hist = [pd.read_csv(run_dir(p, exp, method, point, s) / "history.csv") for s in seeds(p)]
+            hist = [pd.read_csv(run_dir(p, exp, method, point, s) / "history.csv") for s in seeds(p, exp)]
             for j, (col, label, mult) in enumerate(PANELS):
                 ax = axes[i][j]
                 rounds = hist[0]["round"].to_numpy()
@@ -37,7 +45,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
                 ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
                 pubs = [(r, published_value(spec.get("published", []), exp, method, col, r))
                         for r in e["report_rounds"]] if p["scale"] == "paper" else []
-                pubs = [(r, v) for r, v in pubs if v]
+                pubs = [(r, v) for r, v in pubs if v and v[0] is not None]
                 if pubs:
                     ax.errorbar([r for r, _ in pubs], [v[0] for _, v in pubs], yerr=[v[1] for _, v in pubs],
                                 fmt="o", color=line.get_color(), mfc="white", capsize=3,

@@ -13,13 +13,22 @@ def load_paper(name: str) -> dict:
     return yaml.safe_load((resources.files("fedbayes") / "papers" / f"{name}.yaml").read_text())
 
 
-def published_value(refs: list[str], experiment: str, method: str, metric: str, rnd: int):
-    """First match among ``refs`` (``"paper:table"``) → (mean, std, "paper table") or None."""
+def published_value(refs: list[str], experiment: str, method: str, metric: str, rnd: int | None = None,
+                    target: float | None = None):
+    """First match among ``refs`` (``"paper:table"``) → (mean, std, "paper table") or None.
+
+    A cell is addressed by its round (the table's ``rounds``, or the row's own ``rounds``) or, in
+    rounds-to-target tables, by its ``target``. A cell the paper leaves blank ("—": the target was
+    not reached, or nothing was reported) is stored as null and returned as (None, None, source)."""
     for ref in refs:
         paper, table = ref.split(":")
         t = load_paper(paper)["tables"][table]
-        cells = t["rows"].get(experiment, {}).get(method, {}).get(metric)
-        if cells and rnd in t["rounds"]:
-            mean, std = cells[t["rounds"].index(rnd)]
+        row = t["rows"].get(experiment) or {}
+        cells = (row.get(method) or {}).get(metric)
+        keys = row.get("targets") if target is not None else row.get("rounds", t.get("rounds", []))
+        at = target if target is not None else rnd
+        if cells is not None and keys and at in keys:
+            cell = cells[keys.index(at)]
+            mean, std = cell if cell is not None else (None, None)
             return mean, std, f"{paper} {table}"
     return None

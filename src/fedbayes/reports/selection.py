@@ -32,6 +32,10 @@ def selected_path(p: dict, experiment: str, method: str) -> Path:
 
 def select(p: dict, experiment: str, method: str) -> dict:
     crit = selection(p, experiment)
+    if "from" in crit:  # the point another experiment selected (selection_from): no grid of our own
+        src = json.loads(selected_path(p, crit["from"], method).read_text())
+        return {"experiment": experiment, "method": method, "point": src["point"], "hparams": src["hparams"],
+                "criterion": crit, "candidates": []}
     candidates = []
     for point, values in sweep_points(p, experiment, method).items():
         m = json.loads((run_dir(p, experiment, method, point, crit["seed"]) / "metrics.json").read_text())
@@ -57,6 +61,9 @@ def sweep_frame(p: dict, experiment: str, methods: list[str]) -> pd.DataFrame:
     for method in methods:
         sel = json.loads(selected_path(p, experiment, method).read_text())
         c = sel["criterion"]
+        if "from" in c:
+            rows.append({"experiment": experiment, "method": method, "point": sel["point"], **sel["hparams"],
+                         "criterion": f"selected on {c['from']}", "value": float("nan"), "selected": True})
         for cand in sel["candidates"]:
             rows.append({"experiment": experiment, "method": method, "point": cand["point"], **cand["hparams"],
                          "criterion": f"{c['metric']} {c['statistic']} @ round {c['round']}, seed {c['seed']}",

@@ -34,6 +34,45 @@ def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
     return 100.0 * v if metric in PERCENT else v
 
 
+def experiment_status(p: dict, exp: str) -> str:
+    """``"ok"``, or ``"not run (data unavailable: …)"`` when a dataset of the experiment could not be
+    obtained on this machine (the DAG's data checkpoint, ``<work>/data/<dataset>.json``)."""
+    e = experiment_config(p, exp)
+    for d in (e["dataset"], e.get("ood")):
+        if not d:
+            continue
+        status = Path(paths(p)["work"]) / "data" / f"{d}.json"
+        if status.exists():
+            st = json.loads(status.read_text())
+            if not st["available"]:
+                first = st["reason"].strip().splitlines()[0].rstrip(":")
+                return f"not run (data unavailable: {first}; see {status})"
+        elif not (Path(p["paths"]["raw"]) / d / "manifest.json").exists():
+            return f"not run (data unavailable: {d} not fetched)"
+    return "ok"
+
+
+def table_rounds(spec: dict, e: dict) -> list[int]:
+    """The rounds a table reports for an experiment: all its report rounds, or only the last."""
+    return e["report_rounds"][-1:] if spec.get("rounds", "all") == "last" else list(e["report_rounds"])
+
+
+def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/acc") -> float:
+    """First round whose (unsmoothed) metric reaches ``target`` (in %, for accuracy); NaN if never."""
+    vals = history[metric].to_numpy() * (100.0 if metric in PERCENT else 1.0)
+    rounds = history["round"].to_numpy()
+    hit = np.flatnonzero((vals >= target) & (rounds >= 1))
+    return float(rounds[hit[0]]) if len(hit) else float("nan")
+
+
+def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
+    """(column, value) keys of one experiment's cells: ("round", R) or ("target", acc)."""
+    e = experiment_config(p, exp)
+    if spec["statistic"] == "rounds_to_target":
+        return [("target", float(t)) for t in spec.get("targets", {}).get(exp, [])]
+    return [("round", r) for r in table_rounds(spec, e)]
+
+
 def table_rows(p: dict, name: str) -> pd.DataFrame:
     from fedbayes.reports.selection import run_dir, selected_point
 
@@ -44,27 +83,55 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
     rows = []
     for exp in spec["experiments"]:
         e = experiment_config(p, exp)
+        status = experiment_status(p, exp)
         for method in spec["methods"]:
-            point = selected_point(p, exp, method)
-            runs = [json.loads((run_dir(p, exp, method, point, s) / "metrics.json").read_text()) for s in seeds(p)]
-            for rnd in e["report_rounds"]:
+            st = status if status != "ok" or method in e["methods"] else \
+                f"not run ({method} is not in experiments.{exp}.methods)"
+            point, runs, hists = "", [], []
+            if st == "ok":
+                point = selected_point(p, exp, method)
+                dirs = [run_dir(p, exp, method, point, s) for s in seeds(p, exp)]
+                if spec["statistic"] == "rounds_to_target":
+                    hists = [pd.read_csv(d / "history.csv") for d in dirs]
+                else:
+                    runs = [json.loads((d / "metrics.json").read_text()) for d in dirs]
+            for key, at in _cells(p, spec, exp):
                 for metric in spec["metrics"]:
-                    vals = np.array([cell_value(m, metric, rnd, spec["statistic"]) for m in runs])
-                    pub = published_value(refs, exp, method, metric, rnd) if p["scale"] == "paper" else None
-                    mean = float(vals.mean())
-                    std = float(vals.std(ddof=ddof)) if len(vals) > ddof else float("nan")
-                    diff = mean - pub[0] if pub else float("nan")
+                    if st != "ok":
+                        vals = np.array([])
+                    elif key == "target":
+                        vals = np.array([rounds_to_target(h, at, metric) for h in hists])
+                    else:
+                        vals = np.array([cell_value(m, metric, at, spec["statistic"]) for m in runs])
+                    pub = None
+                    if p["scale"] == "paper":
+                        pub = published_value(refs, exp, method, metric, **({"rnd": at} if key == "round" else {"target": at}))
+                    missed = int(np.isnan(vals).sum()) if len(vals) else 0
+                    ok_vals = vals if not missed else np.array([])  # a target missed by any seed: blank
+                    mean = float(ok_vals.mean()) if len(ok_vals) else float("nan")
+                    std = float(ok_vals.std(ddof=ddof)) if len(ok_vals) > ddof else float("nan")
+                    has_pub = pub is not None and pub[0] is not None
+                    diff = mean - pub[0] if has_pub else float("nan")
+                    note = st if st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
+                    if has_pub is False and pub is not None and st == "ok":
+                        note = (note + "; " if note else "") + "published: not reached / not reported"
                     rows.append({
-                        "experiment": exp, "method": method, "point": point, "round": rnd, "metric": metric,
+                        "experiment": exp, "method": method, "point": point,
+                        "round": at if key == "round" else float("nan"),
+                        "target": at if key == "target" else float("nan"), "metric": metric,
                         "statistic": spec["statistic"], "ours_mean": mean, "ours_std": std, "n_seeds": len(vals),
-                        "published_mean": pub[0] if pub else float("nan"),
-                        "published_std": pub[1] if pub else float("nan"),
+                        "published_mean": pub[0] if has_pub else float("nan"),
+                        "published_std": pub[1] if has_pub else float("nan"),
                         "published_source": pub[2] if pub else "",
                         "diff": diff, "tolerance": tol.get(metric, float("nan")),
-                        "within_tol": (abs(diff) <= tol[metric]) if pub and metric in tol else None,
-                        "scale": p["scale"],
+                        "within_tol": (abs(diff) <= tol[metric]) if has_pub and metric in tol and not math.isnan(diff)
+                        else None,
+                        "scale": p["scale"], "status": st if st != "ok" else "ok", "note": note,
                     })
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if not (df["target"].notna().any()):
+        df = df.drop(columns="target")
+    return df
 
 
 def _fmt(mean, std, n=None, digits=2) -> str:
@@ -74,37 +141,113 @@ def _fmt(mean, std, n=None, digits=2) -> str:
     return s + (f" (n={n})" if n is not None else "")
 
 
-def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
+STAT_TEXT = {
+    "mean_last3": "each run's value at round R is the mean over rounds R−2, R−1, R",
+    "max_last3": "each run's value at round R is the maximum over rounds R−2, R−1, R",
+    "final": "each run's value is the one at round R",
+    "rounds_to_target": "each run's value is the first round whose (unsmoothed) test accuracy reaches the "
+                        "target; blank when any seed never reaches it (as in the paper)",
+}
+
+
+def _at(r) -> str:
+    return f"{r.target:g} %" if "target" in r and not math.isnan(r.target) else str(int(r["round"]))
+
+
+def _digits(metric: str, statistic: str) -> int:
+    return 1 if metric in PERCENT or statistic == "rounds_to_target" else 3
+
+
+def _delta(r, digits: int) -> str:
+    ok = "" if r.within_tol is None or (isinstance(r.within_tol, float) and math.isnan(r.within_tol)) \
+        else (" ✓" if r.within_tol else " ✗")
+    return "" if math.isnan(r["diff"]) else f"{r['diff']:+.{digits}f}{ok}"
+
+
+def _header(p: dict, spec: dict, name: str) -> list[str]:
+    tol = ", ".join(f"{k} {v}" for k, v in spec.get("tolerance", {}).items())
+    return [f"# {name}: {spec.get('title', '')}", "",
+            f"Scale `{p['scale']}`. {STAT_TEXT[spec['statistic']]}; cells are mean ± std over seeds "
+            f"(ddof={spec.get('std_ddof', 0)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
+            "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
+            "vs the experiment's OOD set, positive = OOD, score = predictive entropy. Published: "
+            + ", ".join(spec.get("published", [])) + ". Δ = ours − published"
+            + (f"; ✓ = |Δ| within tolerance {tol}" if tol else "") + ".", ""]
+
+
+def _not_run_notes(df: pd.DataFrame) -> list[str]:
+    notes = df[df.status != "ok"][["experiment", "method", "status"]].drop_duplicates()
+    if notes.empty:
+        return []
+    out = ["", "**Not run on the machine that built this table:**", ""]
+    for (exp, status), g in notes.groupby(["experiment", "status"], sort=False):
+        out.append(f"- {exp} ({', '.join(g.method)}): {status}")
+    return out
+
+
+def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
+    """One line per (experiment, method, round): every metric, each beside its published value."""
     spec = p["tables"][name]
-    lines = [f"# {name}: {spec.get('title', '')}", ""]
-    lines.append(
-        f"Scale `{p['scale']}`. Each run's value is the `{spec['statistic']}` statistic at the reported round "
-        f"(mean_last3 = mean over rounds R−2..R); cells are mean ± std over seeds "
-        f"(ddof={spec.get('std_ddof', 0)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
-        "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
-        "vs the experiment's OOD set, positive = OOD, score = predictive entropy. Published: "
-        + ", ".join(spec.get("published", [])) + ". Δ = ours − published; ✓ = |Δ| within tolerance "
-        + ", ".join(f"{k} {v}" for k, v in spec.get("tolerance", {}).items()) + ".")
-    lines.append("")
     metrics = spec["metrics"]
     header = ["experiment", "method", "selected", "round"]
     for m in metrics:
         header.append(m)
         if df[df.metric == m]["published_source"].any():
             header += [f"{m} published", "Δ"]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
-    for (exp, method, point, rnd), g in df.groupby(["experiment", "method", "point", "round"], sort=False):
-        cells = [exp, method, point, str(rnd)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    df = df.assign(at=[_at(r) for _, r in df.iterrows()])
+    for (exp, method, at), g in df.groupby(["experiment", "method", "at"], sort=False):
+        first = g.iloc[0]
+        cells = [exp, method, first.point or "not run", at]
         for m in metrics:
             r = g[g.metric == m].iloc[0]
-            digits = 1 if m in PERCENT else 3
-            cells.append(_fmt(r.ours_mean, r.ours_std, r.n_seeds, digits))
+            digits = _digits(m, spec["statistic"])
+            cells.append(_fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else "not run")
             if f"{m} published" in header:
                 cells.append(_fmt(r.published_mean, r.published_std, None, digits))
-                ok = "" if r.within_tol is None else (" ✓" if r.within_tol else " ✗")
-                cells.append("" if math.isnan(r["diff"]) else f"{r['diff']:+.{digits}f}{ok}")
+                cells.append(_delta(r, digits))
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
+    """The paper's layout: a line per (experiment, round or target), a column per method; each cell is
+    ours (mean ± std, n) over the published value and Δ."""
+    spec = p["tables"][name]
+    (metric,) = spec["metrics"]
+    digits = _digits(metric, spec["statistic"])
+    methods = list(spec["methods"])
+    key = "target" if spec["statistic"] == "rounds_to_target" else "round"
+    lines = [f"Metric `{metric}`. Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ.", "",
+             "| experiment | " + key + " | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    df = df.assign(at=[_at(r) for _, r in df.iterrows()])
+    for (exp, at), g in df.groupby(["experiment", "at"], sort=False):
+        cells = [exp, at]
+        for method in methods:
+            r = g[g.method == method]
+            if r.empty:
+                cells.append("")
+                continue
+            r = r.iloc[0]
+            ours = _fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else "not run"
+            if r.status == "ok" and not ours:
+                ours = "— (" + r.note + ")"
+            pub = _fmt(r.published_mean, r.published_std, None, digits) or ("—" if r.published_source else "")
+            parts = [ours or "", pub] + ([_delta(r, digits)] if _delta(r, digits) else [])
+            cells.append(" / ".join(x for x in parts if x))
+        lines.append("| " + " | ".join(cells) + " |")
+    selected = df[df.status == "ok"][["experiment", "method", "point"]].drop_duplicates()
+    if not selected.empty:
+        lines += ["", "Selected sweep points: " + "; ".join(
+            f"{e}/{m}: `{pt}`" for e, m, pt in selected.itertuples(index=False)) + "."]
+    return lines
+
+
+def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
+    spec = p["tables"][name]
+    lines = _header(p, spec, name)
+    lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)
+    lines += _not_run_notes(df)
     notes = spec.get("notes")
     if notes and Path(notes).exists():
         lines += ["", Path(notes).read_text().strip()]
@@ -122,5 +265,5 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
     spec = p["tables"][name]
     fig_dir = Path(paths(p)["reports"]) / "figures"
-    learning_curves(p, spec, fig_dir / f"{out.stem}_curves.png")
+    learning_curves(p, spec, fig_dir / f"{name.replace('/', '_')}_curves.png")
     return df

@@ -1,0 +1,45 @@
+"""Models of the FedLap paper beyond the MLP: logistic regression (as two-class logits) and the
+CIFAR-10 CNN of FROMP."""
+
+import torch
+import torch.nn.functional as F
+
+from fedbayes.methods.curvature import diag_ggn, diag_ggn_vjp
+from fedbayes.models import FlatModel, build_model
+
+
+def test_cifar_cnn_is_fromps_cifarnet():
+    m = build_model("cifar_cnn", (3, 32, 32), 10)
+    assert sum(p.numel() for p in m.parameters()) == 1_250_858  # spec §4.3
+    assert m(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    assert sum(isinstance(x, torch.nn.Dropout) for x in m.modules()) == 3
+
+
+def test_logistic_regression_cross_entropy_is_bce():
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("logistic", (7,), 2))
+    assert fm.n_params == 8  # weights + bias, one output
+    w, x, y = torch.randn(fm.n_params), torch.randn(50, 7), torch.randint(0, 2, (50,))
+    logits = fm(w, x)
+    z = x @ w[:7] + w[7]
+    assert torch.allclose(logits[:, 0], torch.zeros(50)) and torch.allclose(logits[:, 1], z, atol=1e-6)
+    ce = F.cross_entropy(logits, y)
+    bce = F.binary_cross_entropy_with_logits(z, y.float())
+    assert torch.allclose(ce, bce, atol=1e-6)
+
+
+def test_logistic_diag_ggn_is_the_closed_form_hessian():
+    """H = Σ_n σ_n(1 − σ_n) x̃_n² (x̃ with the bias 1): FedLap-Cov's curvature for UCI / FLamby."""
+    torch.manual_seed(1)
+    fm = FlatModel(build_model("logistic", (5,), 2))
+    w, x = torch.randn(fm.n_params), torch.randn(40, 5)
+    s = torch.sigmoid(x @ w[:5] + w[5])
+    xt = torch.cat([x, torch.ones(40, 1)], 1)
+    expected = ((s * (1 - s))[:, None] * xt.square()).sum(0)
+    assert torch.allclose(diag_ggn(fm, w, x), expected, atol=1e-5)
+    assert torch.allclose(diag_ggn_vjp(fm, w, x), expected, atol=1e-5)
+
+
+def test_multinomial_logistic_regression():
+    fm = FlatModel(build_model("logistic", (4,), 3))
+    assert fm.n_params == 15 and fm.ops is not None  # a plain Linear: the direct path
