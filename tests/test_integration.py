@@ -89,7 +89,7 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     t1 = pd.read_csv(workdir / "reports/fedlap/table1.csv")
     ran = t1[t1.experiment.isin(["fmnist10-iid-k10", "fmnist10-dir-k10", "fmnist-dir-k100"])]
     assert (ran.status == "ok").all() and ran.ours_mean.notna().all()
-    k100 = pd.read_csv(workdir / "reports/sweeps/fmnist-dir-k100.csv")
+    k100 = pd.read_csv(workdir / "reports/fedlap/sweep_fmnist-dir-k100.csv")
     assert (k100.criterion == "selected on fmnist10-dir-k10").all()
     for m in k100.method:
         src = pd.read_csv(workdir / "reports/sweeps/fmnist10-dir-k10.csv")

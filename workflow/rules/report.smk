@@ -27,8 +27,11 @@ def table_status(experiments):
     return lambda wc: sorted({f"{WORK}/data/{d}.json" for e in experiments for d in experiment_datasets(e)})
 
 
-def sweep_reports(experiments):
-    return lambda wc: [f"{REPORTS}/sweeps/{e}.csv" for e in experiments if experiment_available(e)]
+def sweep_reports(table, experiments):
+    """The sweep reports a table rests on: reports/sweeps/<exp>.csv, or reports/fedlap/sweep_<exp>.csv
+    for the FedLap paper's tables."""
+    where = f"{REPORTS}/fedlap/sweep_{{}}.csv" if table.startswith("fedlap/") else f"{REPORTS}/sweeps/{{}}.csv"
+    return lambda wc: [where.format(e) for e in experiments if experiment_available(e)]
 
 
 for _table, _spec in config["tables"].items():
@@ -40,7 +43,7 @@ for _table, _spec in config["tables"].items():
             *[selected_runs(e, m) for e in _spec["experiments"] for m in _spec["methods"]
               if m in experiment(e)["methods"]],
             status=table_status(_spec["experiments"]),
-            sweeps=sweep_reports(_spec["experiments"]),
+            sweeps=sweep_reports(_table, _spec["experiments"]),
             notes=[_spec["notes"]] if "notes" in _spec else [],
             code=fixed(code("reports", "papers")),
         output:
