@@ -164,6 +164,11 @@ def cmd_train(args) -> None:
 def cmd_evaluate(args) -> None:
     from fedbayes.eval.evaluate import evaluate_run
 
+    if not (Path(args.run_dir) / "predictions.npz").exists():
+        raise FileNotFoundError(
+            f"{args.run_dir}/predictions.npz is missing (predictions are not committed, e.g. in a fresh "
+            f"clone): retrain the run to recompute its metrics, e.g. `snakemake -R train <target>` or "
+            f"delete {args.run_dir}/history.csv")
     m = evaluate_run(args.run_dir)
     final = m["final"]
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
