@@ -185,3 +185,16 @@ def test_smoke_experiment_and_hparam_overrides(params):
     point = next(iter(sweep_points(smoke, "fmnist10-dir-k10", "fedlap_func")))
     assert method_hparams(smoke, "fmnist10-dir-k10", "fedlap_func", point)["server_iters"] == 100
     assert method_hparams(params, "fmnist10-dir-k10", "fedlap_func", point)["server_iters"] == 5000
+
+
+def test_method_seeds_in_an_experiment(params, schema):
+    from fedbayes.config import run_config
+
+    params["methods"]["fedlap_func"]["overrides"]["fmnist10-dir-k10"]["seeds"] = [0, 1]
+    validate(params, schema)
+    assert seeds(params, "fmnist10-dir-k10", "fedlap_func") == [0, 1]
+    assert seeds(params, "fmnist10-dir-k10", "fedlap") == params["seeds"]
+    point = next(iter(sweep_points(params, "fmnist10-dir-k10", "fedlap_func")))
+    assert "seeds" not in run_config(params, "fmnist10-dir-k10", "fedlap_func", 0, point)["hparams"]
+    params["methods"]["fedlap_func"]["overrides"]["fmnist10-dir-k10"]["seeds"] = [1]
+    bad(params, schema, r"seeds \[1\] must be the first seeds")

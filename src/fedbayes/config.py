@@ -93,6 +93,10 @@ def check_semantics(params: dict) -> None:
                                 f"{sorted(set(e['methods']) - set(experiment_config(p, src)['methods']))}")
             if e.get("seeds") and e["seeds"] != seeds(p)[:len(e["seeds"])] and scale == "paper":
                 problems.append(f"{where}: seeds {e['seeds']} must be the first seeds of {seeds(p)}")
+            for m in e["methods"]:
+                ms = seeds(p, name, m)
+                if scale == "paper" and ms != seeds(p)[:len(ms)]:
+                    problems.append(f"methods.{m}.overrides.{name}: seeds {ms} must be the first seeds of {seeds(p)}")
             if any(r > e["rounds"] for r in e["report_rounds"]):
                 problems.append(f"{where}: report_rounds {e['report_rounds']} exceed rounds {e['rounds']}")
         for s in seeds(p):
@@ -131,11 +135,16 @@ def selection(params: dict, experiment: str) -> dict:
     return sel
 
 
-def seeds(params: dict, experiment: str | None = None) -> list[int]:
-    """The run seeds: ``seeds`` (or ``smoke.seeds``), or the experiment's own ``seeds`` (a prefix of
-    them, for experiments too costly for every seed) at paper scale."""
+def seeds(params: dict, experiment: str | None = None, method: str | None = None) -> list[int]:
+    """The run seeds: ``seeds`` (or ``smoke.seeds``); at paper scale a prefix of them can be set for
+    runs too costly for every seed: per experiment (``experiments.<e>.seeds``) or per method in an
+    experiment (``methods.<m>.overrides.<e>.seeds``, which wins)."""
     if params.get("scale", "paper") == "smoke":
         return list(params.get("smoke", {}).get("seeds", params["seeds"]))
+    if method is not None and experiment is not None:
+        over = ((params.get("methods", {}).get(method) or {}).get("overrides") or {}).get(experiment) or {}
+        if over.get("seeds"):
+            return list(over["seeds"])
     if experiment is not None and params["experiments"][experiment].get("seeds"):
         return list(params["experiments"][experiment]["seeds"])
     return list(params["seeds"])
@@ -161,6 +170,7 @@ def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict
     spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
     over = copy.deepcopy((spec.pop("overrides", None) or {}).get(experiment) or {})
     grid = over.pop("sweep", spec.pop("sweep", None)) or {}
+    over.pop("seeds", None), spec.pop("seeds", None)  # which seeds run (see seeds()), not a hyperparameter
     return deep_merge(spec, over), grid
 
 

@@ -13,8 +13,8 @@ def selected_runs(experiment, method):
             return []
         point = selected_point(experiment, method)
         sel_seed = selection(config, experiment)["seed"]
-        runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment)]
-        markers = {f"{WORK}/mlflow/{experiment}/{method}/{point}/seed{s}.run" for s in seeds(config, experiment)}
+        runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
+        markers = {f"{WORK}/mlflow/{experiment}/{method}/{point}/seed{s}.run" for s in seeds(config, experiment, method)}
         markers |= {f"{WORK}/mlflow/{experiment}/{method}/{pt}/seed{sel_seed}.run"
                     for pt in swept_points(config, experiment, method)}
         return [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs] + sorted(markers)

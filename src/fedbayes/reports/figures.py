@@ -35,7 +35,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
             axes[i][0].axhline(target, ls="--", lw=0.8, color="grey")
         for method in [m for m in spec["methods"] if m in e["methods"]]:
             point = selected_point(p, exp, method)
-            hist = [pd.read_csv(run_dir(p, exp, method, point, s) / "history.csv") for s in seeds(p, exp)]
+            hist = [pd.read_csv(run_dir(p, exp, method, point, s) / "history.csv") for s in seeds(p, exp, method)]
             for j, (col, label, mult) in enumerate(PANELS):
                 ax = axes[i][j]
                 rounds = hist[0]["round"].to_numpy()

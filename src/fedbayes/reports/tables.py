@@ -90,7 +90,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
             point, runs, hists = "", [], []
             if st == "ok":
                 point = selected_point(p, exp, method)
-                dirs = [run_dir(p, exp, method, point, s) for s in seeds(p, exp)]
+                dirs = [run_dir(p, exp, method, point, s) for s in seeds(p, exp, method)]
                 if spec["statistic"] == "rounds_to_target":
                     hists = [pd.read_csv(d / "history.csv") for d in dirs]
                 else:
