@@ -88,9 +88,10 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     # the FedLap tables: FMNIST rows ran, rows whose data is unavailable here say so
     t1 = pd.read_csv(workdir / "reports/fedlap/table1.csv")
     ran = t1[t1.experiment.isin(["fmnist10-iid-k10", "fmnist10-dir-k10", "fmnist-dir-k100"])]
-    assert (ran.status == "ok").sum() == 3 * 6 - 1 and ran[ran.status == "ok"].ours_mean.notna().all()
-    not_listed = ran[ran.status != "ok"]  # FedLap-Func is not part of the 100-client experiment
-    assert list(not_listed.method) == ["fedlap_func"] and list(not_listed.experiment) == ["fmnist-dir-k100"]
+    listed = [(r.experiment, r.method) for r in ran.itertuples() if r.method in p["experiments"][r.experiment]["methods"]]
+    assert len(listed) == (ran.status == "ok").sum() and ran[ran.status == "ok"].ours_mean.notna().all()
+    not_listed = ran[ran.status != "ok"]  # methods an experiment does not list (FedLap-Func at 100 clients)
+    assert not_listed.status.str.contains("is not in experiments").all() and "fedlap_func" in set(not_listed.method)
     k100 = pd.read_csv(workdir / "reports/fedlap/sweep_fmnist-dir-k100.csv")
     assert (k100.criterion == "selected on fmnist10-dir-k10").all()
     for m in k100.method:

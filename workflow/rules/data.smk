@@ -2,13 +2,16 @@
 # and verified against official checksums into data/raw/<dataset>/ (DVC-tracked; manifest.json is
 # rewritten only when the verified content changes).
 #
-# A checkpoint: its output records whether the dataset could be obtained on this machine
-# (work/data/<dataset>.json). Experiments whose data is unavailable are not run; their table rows say
-# "not run (data unavailable: ...)" instead of failing the table. To try again (new mirror, network):
-# delete work/data/<dataset>.json.
+# Whether a dataset could be obtained on this machine is recorded in work/data/<dataset>.json.
+# Experiments whose data is unavailable are not run; their table rows say "not run (data
+# unavailable: ...)" instead of failing the table. The record is made when the DAG is built (the
+# first time a table needs it), not by a checkpoint: Snakemake does not re-evaluate a job whose
+# output exists while a checkpoint it depends on is pending, so a checkpoint here would hide
+# stale tables. To try again (new mirror, network): delete work/data/<dataset>.json.
+import subprocess
 
 
-checkpoint data:
+rule data:
     output:
         f"{WORK}/data/{{dataset}}.json",
     log:
@@ -18,9 +21,11 @@ checkpoint data:
 
 
 def data_status(dataset):
-    """Waits for the data checkpoint of ``dataset``; its recorded status."""
-    with open(checkpoints.data.get(dataset=dataset).output[0]) as f:
-        return json.load(f)
+    """The recorded status of ``dataset``; fetched (or found unavailable) now if there is none yet."""
+    path = Path(f"{WORK}/data/{dataset}.json")
+    if not path.exists():
+        subprocess.run(["fedbayes", "data", dataset, "--root", RAW, "--status", str(path)], check=True)
+    return json.loads(path.read_text())
 
 
 def experiment_available(name):
