@@ -41,7 +41,8 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
                 rounds = hist[0]["round"].to_numpy()
                 vals = np.stack([h[col].to_numpy() for h in hist]) * mult
                 mean, std = vals.mean(0), vals.std(0)
-                line, = ax.plot(rounds, mean, label=f"{method} {point} (ours, {len(hist)} seeds)")
+                color = f"C{spec['methods'].index(method) % 10}"  # one colour per method in every panel
+                line, = ax.plot(rounds, mean, color=color, label=f"{method} {point} (ours, {len(hist)} seeds)")
                 ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
                 pubs = [(r, published_value(spec.get("published", []), exp, method, col, r))
                         for r in e["report_rounds"]] if p["scale"] == "paper" else []
@@ -60,7 +61,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
                 axes[i][j].set_ylim(bottom=lo)
             if col == "test/nll":
                 axes[i][j].set_ylim(0.3, 1.5)
-        axes[i][0].legend(fontsize=8, loc="lower right")
+        axes[i][-1].legend(fontsize=7, loc="upper right")  # the NLL panel's upper part is empty
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp.png")

@@ -167,7 +167,7 @@ def _delta(r, digits: int) -> str:
 def _header(p: dict, spec: dict, name: str) -> list[str]:
     tol = ", ".join(f"{k} {v}" for k, v in spec.get("tolerance", {}).items())
     return [f"# {name}: {spec.get('title', '')}", "",
-            f"Scale `{p['scale']}`. {STAT_TEXT[spec['statistic']]}; cells are mean ± std over seeds "
+            f"Scale `{p['scale']}`. {STAT_TEXT[spec['statistic']][:1].upper() + STAT_TEXT[spec['statistic']][1:]}; cells are mean ± std over seeds "
             f"(ddof={spec.get('std_ddof', 0)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
             "vs the experiment's OOD set, positive = OOD, score = predictive entropy. Published: "
