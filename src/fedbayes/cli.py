@@ -234,7 +234,7 @@ def main(argv=None) -> None:
     sp.add_argument("--root", default="data/raw")
     sp.add_argument("--no-download", action="store_true", help="use local mirrors only")
     sp.add_argument("--status", help="write whether the dataset could be obtained to this JSON file and "
-                                     "exit 0 either way (the DAG's data checkpoint)")
+                                     "exit 0 either way (how the DAG records data availability)")
     sp.set_defaults(fn=cmd_data)
 
     sp = with_params(sub.add_parser("partition", help="split one experiment's data into clients for one seed"))

@@ -40,10 +40,11 @@ def code(*parts):
 
 
 def fixed(files):
-    """Inputs whose timestamps must not trigger reruns (Snakemake's ``ancient``): code, raw data and
-    partitions. A fresh clone writes them after the committed results (history.csv, metrics.json), and
-    partitions are regenerated there, so by mtime every finished run would look stale. What they hold is
-    compared instead, through params: the resolved configuration and ``code_hash`` of the sources."""
+    """Inputs whose timestamps must not trigger reruns (Snakemake's ``ancient``): code and data status
+    files. A fresh clone writes them after the committed results (history.csv, metrics.json), so by
+    mtime every finished run would look stale. What they hold is compared instead, through params: the
+    resolved configuration and ``code_hash`` of the sources. (``ancient`` does not stop reruns caused by
+    an upstream job that runs, which is why training has no data or partition job upstream.)"""
     return [ancient(f) for f in files]
 
 
