@@ -104,10 +104,19 @@ def check_semantics(params: dict) -> None:
                 problems.append(f"seeds must be non-negative, got {s}")
     from fedbayes.reports.published import load_paper
 
+    from fedbayes.methods import split_variant
+
     for t, spec in params.get("tables", {}).items():
         for name in spec["experiments"]:
             if name not in params["experiments"]:
                 problems.append(f"tables.{t}: unknown experiment {name!r}")
+        for name in spec["methods"]:
+            base, variant = split_variant(name)
+            if base not in METHODS:
+                problems.append(f"tables.{t}: unknown method {base!r}; implemented: {sorted(METHODS)}")
+            elif variant not in METHODS[base].variants:
+                problems.append(f"tables.{t}: {base} has no prediction variant {variant!r} "
+                                f"(it has {sorted(v for v in METHODS[base].variants if v)})")
         for ref in spec.get("published", []):
             paper, table = ref.split(":")
             try:
@@ -234,6 +243,8 @@ def run_config(params: dict, experiment: str, method: str, seed: int, point: str
         "rounds": e["rounds"], "model": e["model"], "input_scale": e["input_scale"],
         "hparams": method_hparams(params, experiment, method, point),
         "save_rounds": save_rounds(e),
+        # evaluation cadence, only where an experiment sets it (keeps older runs' configurations unchanged)
+        **{k: e[k] for k in ("eval_every", "mc_every") if k in e},
     }
 
 

@@ -107,6 +107,8 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
     series = [Metric(col, float(v), now, int(r)) for col in history.columns if col not in NON_METRICS
               for r, v in zip(history["round"], history[col]) if pd.notna(v)]
     final = [Metric(f"final/{k}", float(v), now, metrics["final_round"]) for k, v in metrics["final"].items()]
+    final += [Metric(f"final/{name}/{k}", float(v), now, metrics["final_round"])  # final/mean/test/acc
+              for name, var in metrics.get("variants", {}).items() for k, v in var["final"].items()]
     batch = series + final
     with_retry(lambda: client.log_batch(rid, params=params[:100], tags=[RunTag(k, v) for k, v in tags.items()]))
     for i in range(100, len(params), 100):

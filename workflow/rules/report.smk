@@ -40,7 +40,8 @@ for _table, _spec in config["tables"].items():
         name:
             f"table_{_table.replace('/', '_')}"
         input:
-            *[selected_runs(e, m) for e in _spec["experiments"] for m in _spec["methods"]
+            *[selected_runs(e, m) for e in _spec["experiments"]
+              for m in dict.fromkeys(split_variant(m)[0] for m in _spec["methods"])  # bayesadmm@mean → bayesadmm
               if m in experiment(e)["methods"]],
             status=table_status(_spec["experiments"]),
             sweeps=sweep_reports(_table, _spec["experiments"]),

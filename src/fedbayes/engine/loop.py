@@ -68,11 +68,29 @@ def _nbytes(tensors: dict[str, torch.Tensor]) -> int:
 
 
 @torch.no_grad()
-def predict(method: Method, server, x: torch.Tensor, batch: int = 4096) -> np.ndarray:
-    """log p̄(y|x) of the method's predictive, (N, C), float32."""
-    chunks = [predictive_logprobs(method.predict_logits(server, x[i:i + batch]).float().cpu().numpy())
+def predict(method: Method, server, x: torch.Tensor, batch: int = 4096, variant: str = "", seed: int = 0) -> np.ndarray:
+    """log p̄(y|x) of the method's predictive ``variant``, (N, C), float32."""
+    chunks = [predictive_logprobs(method.predict_logits(server, x[i:i + batch], variant=variant, seed=seed)
+                                  .float().cpu().numpy())
               for i in range(0, len(x), batch)]
     return np.concatenate(chunks).astype(np.float32)
+
+
+def variant_key(name: str, variant: str) -> str:
+    """History column / prediction key of a variant: ``test/acc`` → ``mean/test/acc``."""
+    return f"{variant}/{name}" if variant else name
+
+
+def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
+    """Variants evaluated after round ``rnd``: every ``eval_every`` rounds (experiment), sampled variants
+    every ``mc_every`` rounds (method hyperparameter, else experiment), and all of them at round 0, the
+    last round and the saved (table) rounds."""
+    last, saved = cfg["rounds"], set(cfg["save_rounds"])
+    every = int(cfg.get("eval_every", 1))
+    mc_every = int(cfg.get("hparams", {}).get("mc_every", cfg.get("mc_every", every)))
+    always = rnd == 0 or rnd == last or rnd in saved
+    return [v for v, kind in method.variants.items()
+            if always or rnd % (mc_every if kind == "samples" else every) == 0]
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -99,6 +117,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
                          **{k: v for k, v in cfg["model"].items() if k != "name"})
     fm = FlatModel(module.to(device))
     method = build_method(cfg["method"], fm, hp, sizes)
+    method.rounds = rounds
     clients = [ClientData(data.x_train[torch.from_numpy(p).to(device)], data.y_train[torch.from_numpy(p).to(device)])
                for p in data.parts]
 
@@ -155,17 +174,25 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
 
 def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) -> tuple[dict, dict]:
     t0 = time.perf_counter()
-    logp = predict(method, server, data.x_test)
-    logp_ood = predict(method, server, data.x_ood) if data.x_ood is not None else None
-    m = classification_metrics(logp, data.y_test.cpu().numpy(), logp_ood)
-    row = {"round": rnd}
-    row.update({f"test/{k}": v for k, v in m.items() if not k.startswith("auroc")})
-    row.update({f"ood/{k}": v for k, v in m.items() if k.startswith("auroc")})
+    row, logps, shown = {"round": rnd}, {}, None
+    seed = seeds.torch_seed(cfg["seed"], seeds.EVAL, rnd)
+    for v in evaluated_variants(method, rnd, cfg):
+        logp = predict(method, server, data.x_test, variant=v, seed=seed)
+        logp_ood = predict(method, server, data.x_ood, variant=v, seed=seed) if data.x_ood is not None else None
+        m = classification_metrics(logp, data.y_test.cpu().numpy(), logp_ood)
+        row.update({variant_key(f"test/{k}", v): val for k, val in m.items() if not k.startswith("auroc")})
+        row.update({variant_key(f"ood/{k}", v): val for k, val in m.items() if k.startswith("auroc")})
+        logps[variant_key("test", v)] = torch.from_numpy(logp)
+        if logp_ood is not None:
+            logps[variant_key("ood", v)] = torch.from_numpy(logp_ood)
+        shown = shown or (v, m)
     row.update(extra)
     row["eval_s"] = time.perf_counter() - t0
-    logps = {"test": torch.from_numpy(logp), **({"ood": torch.from_numpy(logp_ood)} if logp_ood is not None else {})}
     tag = f"[{cfg['experiment']} {cfg['method']} seed {cfg['seed']}]"
-    msg = f"{tag} round {rnd:3d}/{cfg['rounds']}  acc {m['acc']:.4f}  nll {m['nll']:.4f}  ece {m['ece']:.4f}"
+    msg = f"{tag} round {rnd:3d}/{cfg['rounds']}"
+    if shown is not None:
+        v, m = shown
+        msg += f"  {v + ' ' if v else ''}acc {m['acc']:.4f}  nll {m['nll']:.4f}  ece {m['ece']:.4f}"
     if "time_s" in extra:
         msg += f"  loss {extra['train/loss']:.4f}  {extra['time_s']:.2f}s"
     log(msg)
@@ -182,10 +209,10 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
     os.replace(tmp, out / "history.csv")
 
     rounds = sorted(saved)
-    arrays = {"rounds": np.array(rounds), "y_test": data.y_test.cpu().numpy(),
-              "test_logp": np.stack([saved[r]["test"].numpy() for r in rounds])}
-    if data.x_ood is not None:
-        arrays["ood_logp"] = np.stack([saved[r]["ood"].numpy() for r in rounds])
+    arrays = {"rounds": np.array(rounds), "y_test": data.y_test.cpu().numpy()}
+    for key in saved[rounds[-1]]:  # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
+        variant, _, split = key.rpartition("/")
+        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack([saved[r][key].numpy() for r in rounds])
     tmp = out / "predictions.tmp.npz"
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, out / "predictions.npz")

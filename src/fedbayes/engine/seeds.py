@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-PARTITION, INIT, SAMPLING, TRAIN = 0, 1, 2, 3
+PARTITION, INIT, SAMPLING, TRAIN, EVAL = 0, 1, 2, 3, 4
 
 
 def stream(seed: int, *key: int) -> np.random.SeedSequence:

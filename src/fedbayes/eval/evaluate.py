@@ -21,16 +21,24 @@ def evaluate_run(run_dir: str | Path) -> dict:
     info = json.loads((run_dir / "run.json").read_text())
     y = pred["y_test"]
     rounds = [int(r) for r in pred["rounds"]]
-    per_round = {}
-    for i, r in enumerate(rounds):
-        ood = pred["ood_logp"][i] if "ood_logp" in pred else None
-        per_round[str(r)] = prefixed(classification_metrics(pred["test_logp"][i], y, ood))
+
+    def per_round(suffix: str = "") -> dict:
+        out = {}
+        for i, r in enumerate(rounds):
+            ood = pred[f"ood_logp{suffix}"][i] if f"ood_logp{suffix}" in pred else None
+            out[str(r)] = prefixed(classification_metrics(pred[f"test_logp{suffix}"][i], y, ood))
+        return out
+
     final = rounds[-1]
+    main = per_round()
+    # prediction variants (e.g. test_logp@mean: BayesADMM's point prediction at the posterior mean)
+    variants = {k.split("@", 1)[1]: per_round("@" + k.split("@", 1)[1]) for k in pred.files if k.startswith("test_logp@")}
     cfg = info["config"]
     out = {
         "experiment": cfg["experiment"], "method": cfg["method"], "seed": cfg["seed"],
         "scale": cfg["scale"], "config_hash": info["config_hash"], "final_round": final,
-        "final": per_round[str(final)], "rounds": per_round,
+        "final": main[str(final)], "rounds": main,
+        **({"variants": {v: {"final": r[str(final)], "rounds": r} for v, r in variants.items()}} if variants else {}),
         "reliability": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in b.items()}
                         for b in calibration(pred["test_logp"][-1], y)["bins"]],
         "wall_s": info.get("wall_s"), "device": info.get("device"),

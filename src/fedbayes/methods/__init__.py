@@ -2,7 +2,9 @@
 
 from fedbayes.methods.admm import FedADMM, FedDyn
 from fedbayes.methods.base import ClientData, Method
+from fedbayes.methods.bayesadmm import BayesADMM
 from fedbayes.methods.fedavg import FedAvg
+from fedbayes.methods.fedivon import FedIVON
 from fedbayes.methods.fedlap import FedLap, FedLapCov
 from fedbayes.methods.fedlap_func import FedLapFunc
 from fedbayes.methods.prox import FedProx
@@ -15,7 +17,15 @@ METHODS: dict[str, type[Method]] = {
     "fedlap": FedLap,
     "fedlap_cov": FedLapCov,
     "fedlap_func": FedLapFunc,
+    "bayesadmm": BayesADMM,
+    "fedivon": FedIVON,
 }
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """``bayesadmm@mean`` → (``bayesadmm``, ``mean``); a plain name has variant ``""``."""
+    base, _, variant = name.partition("@")
+    return base, variant
 
 
 def build_method(name: str, fm, hp: dict, client_sizes) -> Method:
@@ -26,4 +36,4 @@ def build_method(name: str, fm, hp: dict, client_sizes) -> Method:
     return m
 
 
-__all__ = ["METHODS", "ClientData", "Method", "build_method"]
+__all__ = ["METHODS", "ClientData", "Method", "build_method", "split_variant"]

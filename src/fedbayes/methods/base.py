@@ -9,6 +9,9 @@ A federated method is a small module of tensor math on flat parameter vectors:
 * ``server_update(...)`` what the server does with the messages;
 * ``predict_logits(...)`` how the method predicts: (N, C) for a point estimate, (S, N, C) for S
                          posterior samples (the evaluator averages probabilities, never logits).
+                         ``variants`` names the predictions one run is evaluated with: "" is the
+                         method's own; e.g. BayesADMM adds "mean" (the point prediction at the
+                         posterior mean, reported as ``bayesadmm@mean``).
 
 The engine owns everything else (rounds, sampling, data, evaluation, checkpoints, tracking).
 """
@@ -51,6 +54,9 @@ class Method:
     hp: dict
     client_sizes: np.ndarray
     name: str = field(default="", init=False)
+    rounds: int = field(default=0, init=False)   # the run's R (set by the engine; schedules over rounds)
+    # prediction variant → "point" or "samples" (sampled variants may be evaluated less often)
+    variants = {"": "point"}
 
     @property
     def n_clients(self) -> int:
@@ -88,7 +94,9 @@ class Method:
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
         raise NotImplementedError
 
-    def predict_logits(self, server: Tensors, x: torch.Tensor) -> torch.Tensor:
+    def predict_logits(self, server: Tensors, x: torch.Tensor, variant: str = "", seed: int = 0) -> torch.Tensor:
+        """Logits of prediction ``variant`` on ``x``; sampling variants draw their networks from
+        ``seed`` alone, so every chunk of a test set sees the same samples."""
         return self.fm(server["w"], x)
 
     def local_train(self, w_start: torch.Tensor, data: ClientData, rng: np.random.Generator,
@@ -97,6 +105,8 @@ class Method:
 
         Minibatches follow a fresh permutation of the client's data each epoch, drawn from ``rng``;
         the last batch of an epoch may be smaller. The optimiser is re-created on every call.
+        ``lr_schedule: linear_local`` decays the learning rate linearly to ``lr_final`` over the call's
+        steps (FedIVON's baselines); the default is a constant rate.
         """
         hp = self.hp
         w = w_start.detach().clone().requires_grad_(True)
@@ -104,9 +114,16 @@ class Method:
         n, bs = len(data), int(hp["batch_size"])
         clip = hp.get("grad_clip")
         total, steps = 0.0, 0
+        n_steps = int(hp["local_epochs"]) * -(-n // bs)
+        lr_at = None
+        if hp.get("lr_schedule", "constant") != "constant":
+            from fedbayes.methods.ivon import lr_schedule
+            lr_at = lr_schedule(hp, 1, 1)
         for _ in range(int(hp["local_epochs"])):
             perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
             for start in range(0, n, bs):
+                if lr_at is not None:
+                    opt.param_groups[0]["lr"] = lr_at(steps, n_steps)
                 idx = perm[start:start + bs]
                 loss = F.cross_entropy(self.fm(w, data.x[idx]), data.y[idx])
                 total += loss.item()

@@ -1,6 +1,7 @@
-"""FedAvg (McMahan et al. 2017), as used by FedLap (spec §3.4) and BayesADMM.
+"""FedAvg (McMahan et al. 2017), as used by FedLap (spec §3.4), BayesADMM and FedIVON.
 
-Client:  w_k ← E epochs of Adam on the mean loss ℓ̄_k, starting from the broadcast w_g.
+Client:  w_k ← E epochs of Adam on the mean loss ℓ̄_k (+ (wd/2)‖w‖² with ``weight_decay``, as Adam's
+         coupled weight decay; FedIVON App. B), starting from the broadcast w_g.
 Server:  w_g ← Σ_k (N_k / N) w_k        (over the participating clients, renormalised).
 """
 
@@ -11,7 +12,8 @@ from fedbayes.methods.base import Method, weighted_mean
 
 class FedAvg(Method):
     def client_update(self, k, down, state, data, rng, rnd):
-        res = self.local_train(down["w"], data, rng)
+        wd = float(self.hp.get("weight_decay", 0.0))
+        res = self.local_train(down["w"], data, rng, extra_loss=(lambda w: 0.5 * wd * w.square().sum()) if wd else None)
         return {"w": res.w}, state, res.mean_loss
 
     def server_update(self, server, messages, rnd):

@@ -55,11 +55,40 @@ def cifar_cnn(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
         nn.Flatten(), nn.Linear(64 * size(h) * size(w), 512), nn.ReLU(), nn.Dropout(0.5), nn.Linear(512, n_classes))
 
 
+def _image(in_shape: tuple[int, ...]) -> tuple[list[nn.Module], tuple[int, int, int]]:
+    """(N, H, W) grey images get a channel axis; (N, C, H, W) pass through."""
+    if len(in_shape) == 2:
+        return [nn.Unflatten(1, (1, in_shape[0]))], (1, *in_shape)
+    return [], tuple(in_shape)
+
+
+def emnist_cnn(in_shape: tuple[int, ...], n_classes: int = 26) -> nn.Module:
+    """FedIVON's CNN for 28×28 grey images (FedPPD's CNN_FEMNIST without dropout, FedIVON spec §6.3):
+    conv5×5(32)-pool-ReLU, conv5×5(64)-pool-ReLU, fc128-ReLU, fc; 186,650 parameters for 26 classes."""
+    pre, (c, h, w) = _image(in_shape)
+    size = lambda s: ((s - 4) // 2 - 4) // 2  # noqa: E731
+    return nn.Sequential(*pre, nn.Conv2d(c, 32, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(32, 64, 5), nn.MaxPool2d(2),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(64 * size(h) * size(w), 128), nn.ReLU(),
+                         nn.Linear(128, n_classes))
+
+
+def lenet5(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
+    """FedIVON's CNN for SVHN / CIFAR-10 (LeNet-5 style, spec §6.3): conv5×5(6)-ReLU-pool,
+    conv5×5(16)-ReLU-pool, fc120, fc84, fc; 62,006 parameters for 3×32×32 inputs."""
+    pre, (c, h, w) = _image(in_shape)
+    size = lambda s: ((s - 4) // 2 - 4) // 2  # noqa: E731
+    return nn.Sequential(*pre, nn.Conv2d(c, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * size(h) * size(w), 120), nn.ReLU(),
+                         nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
+
+
 # name → builder(input shape, number of classes, **params.yaml model options)
 MODELS = {
     "mlp": lambda shape, n_classes, **kw: mlp(math.prod(shape), n_classes, **kw),
     "logistic": lambda shape, n_classes, **kw: logistic(math.prod(shape), n_classes, **kw),
     "cifar_cnn": lambda shape, n_classes, **kw: cifar_cnn(tuple(shape), n_classes, **kw),
+    "emnist_cnn": lambda shape, n_classes, **kw: emnist_cnn(tuple(shape), n_classes, **kw),
+    "lenet5": lambda shape, n_classes, **kw: lenet5(tuple(shape), n_classes, **kw),
 }
 
 

@@ -11,6 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fedbayes.config import experiment_config, seeds
+from fedbayes.methods import split_variant
 
 PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats)", 1.0)]
 
@@ -33,18 +34,21 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
         e = experiment_config(p, exp)
         for target in spec.get("targets", {}).get(exp, []):
             axes[i][0].axhline(target, ls="--", lw=0.8, color="grey")
-        for method in [m for m in spec["methods"] if m in e["methods"]]:
-            point = selected_point(p, exp, method)
-            hist = [pd.read_csv(run_dir(p, exp, method, point, s) / "history.csv") for s in seeds(p, exp, method)]
-            for j, (col, label, mult) in enumerate(PANELS):
+        for method in [m for m in spec["methods"] if split_variant(m)[0] in e["methods"]]:
+            base, variant = split_variant(method)
+            point = selected_point(p, exp, base)
+            hist = [pd.read_csv(run_dir(p, exp, base, point, s) / "history.csv") for s in seeds(p, exp, base)]
+            for j, (metric, label, mult) in enumerate(PANELS):
                 ax = axes[i][j]
-                rounds = hist[0]["round"].to_numpy()
-                vals = np.stack([h[col].to_numpy() for h in hist]) * mult
+                col = f"{variant}/{metric}" if variant else metric
+                keep = hist[0][col].notna().to_numpy()  # rounds this prediction was evaluated (eval_every)
+                rounds = hist[0]["round"].to_numpy()[keep]
+                vals = np.stack([h[col].to_numpy()[keep] for h in hist]) * mult
                 mean, std = vals.mean(0), vals.std(0)
                 color = f"C{spec['methods'].index(method) % 10}"  # one colour per method in every panel
                 line, = ax.plot(rounds, mean, color=color, label=f"{method} {point} (ours, {len(hist)} seeds)")
                 ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
-                pubs = [(r, published_value(spec.get("published", []), exp, method, col, r))
+                pubs = [(r, published_value(spec.get("published", []), exp, method, metric, r))
                         for r in e["report_rounds"]] if p["scale"] == "paper" else []
                 pubs = [(r, v) for r, v in pubs if v and v[0] is not None]
                 if pubs:

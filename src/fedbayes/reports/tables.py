@@ -17,6 +17,7 @@ import pandas as pd
 
 from fedbayes.config import experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
+from fedbayes.methods import split_variant
 from fedbayes.reports.published import published_value
 
 PERCENT = {"test/acc"}
@@ -57,9 +58,9 @@ def table_rounds(spec: dict, e: dict) -> list[int]:
     return e["report_rounds"][-1:] if spec.get("rounds", "all") == "last" else list(e["report_rounds"])
 
 
-def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/acc") -> float:
+def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/acc", variant: str = "") -> float:
     """First round whose (unsmoothed) metric reaches ``target`` (in %, for accuracy); NaN if never."""
-    vals = history[metric].to_numpy() * (100.0 if metric in PERCENT else 1.0)
+    vals = history[f"{variant}/{metric}" if variant else metric].to_numpy() * (100.0 if metric in PERCENT else 1.0)
     rounds = history["round"].to_numpy()
     hit = np.flatnonzero((vals >= target) & (rounds >= 1))
     return float(rounds[hit[0]]) if len(hit) else float("nan")
@@ -85,22 +86,24 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
         e = experiment_config(p, exp)
         status = experiment_status(p, exp)
         for method in spec["methods"]:
-            st = status if status != "ok" or method in e["methods"] else \
-                f"not run ({method} is not in experiments.{exp}.methods)"
+            base, variant = split_variant(method)  # bayesadmm@mean: the bayesadmm runs' "mean" predictions
+            st = status if status != "ok" or base in e["methods"] else \
+                f"not run ({base} is not in experiments.{exp}.methods)"
             point, runs, hists = "", [], []
             if st == "ok":
-                point = selected_point(p, exp, method)
-                dirs = [run_dir(p, exp, method, point, s) for s in seeds(p, exp, method)]
+                point = selected_point(p, exp, base)
+                dirs = [run_dir(p, exp, base, point, s) for s in seeds(p, exp, base)]
                 if spec["statistic"] == "rounds_to_target":
                     hists = [pd.read_csv(d / "history.csv") for d in dirs]
                 else:
                     runs = [json.loads((d / "metrics.json").read_text()) for d in dirs]
+                    runs = [{**m, "rounds": m["variants"][variant]["rounds"]} if variant else m for m in runs]
             for key, at in _cells(p, spec, exp):
                 for metric in spec["metrics"]:
                     if st != "ok":
                         vals = np.array([])
                     elif key == "target":
-                        vals = np.array([rounds_to_target(h, at, metric) for h in hists])
+                        vals = np.array([rounds_to_target(h, at, metric, variant) for h in hists])
                     else:
                         vals = np.array([cell_value(m, metric, at, spec["statistic"]) for m in runs])
                     pub = None

@@ -1,0 +1,154 @@
+"""IVON on flat vectors: step for step against the PyPI package ivon-opt, plus the parts ivon-opt has no
+counterpart for (general prior mean, Lagrange terms, schedules)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedbayes.methods.base import ClientData
+from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_step, ivon_train, lr_schedule
+from fedbayes.models import FlatModel
+
+ivon = pytest.importorskip("ivon")
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+
+
+def _batches(n_steps=25, bs=8, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(bs, 6, generator=g), torch.randint(0, 3, (bs,), generator=g)) for _ in range(n_steps)]
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mc_samples=1, rescale_lr=True, debias=True, clip_radius=math.inf, beta2=0.99999),
+    dict(mc_samples=3, rescale_lr=False, debias=False, clip_radius=0.05, beta2=0.99),
+])
+def test_ivon_matches_ivon_opt_step_for_step(kw):
+    lr, ess, wd, h0, b1 = 0.05, 500.0, 1e-3, 0.3, 0.9
+    net = _net()
+    fm = FlatModel(_net())
+    opt = ivon.IVON(net.parameters(), lr=lr, ess=ess, hess_init=h0, weight_decay=wd, beta1=b1, **kw)
+    st = IVONState.start(fm.flat_params(), h0)
+    scale = (h0 + wd) if kw["rescale_lr"] else 1.0
+    for step, (x, y) in enumerate(_batches()):
+        torch.manual_seed(100 + step)
+        for _ in range(kw["mc_samples"]):
+            with opt.sampled_params(train=True):
+                opt.zero_grad()
+                F.cross_entropy(net(x), y).backward()
+        opt.step()
+
+        torch.manual_seed(100 + step)
+        std = (ess * (st.h + wd)).rsqrt()
+        grads, nxgs = [], []
+        for _ in range(kw["mc_samples"]):
+            noise = torch.randn(st.m.shape) * std
+            theta = (st.m + noise).requires_grad_(True)
+            (gs,) = torch.autograd.grad(F.cross_entropy(fm(theta, x), y), theta)
+            grads.append(gs)
+            nxgs.append(noise * gs)
+        st = ivon_step(st, torch.stack(grads).mean(0), torch.stack(nxgs).mean(0), lr=lr * scale, ess=ess,
+                       delta=wd, beta1=b1, beta2=kw["beta2"], clip_radius=kw["clip_radius"], debias=kw["debias"])
+        ref_m = torch.cat([p.detach().flatten() for p in net.parameters()])
+        torch.testing.assert_close(st.m, ref_m, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(st.h, opt.param_groups[0]["hess"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(st.g, opt.param_groups[0]["momentum"], rtol=1e-5, atol=1e-7)
+
+
+def test_ivon_train_loop_matches_ivon_opt():
+    """The minibatch loop itself (permutation, last short batch, MC noise from the global generator)."""
+    g = torch.Generator().manual_seed(3)
+    data = ClientData(torch.randn(21, 6, generator=g), torch.randint(0, 3, (21,), generator=g))
+    lr, ess, wd, h0 = 0.02, 200.0, 1e-2, 0.5
+    net, fm = _net(4), FlatModel(_net(4))
+    opt = ivon.IVON(net.parameters(), lr=lr, ess=ess, hess_init=h0, weight_decay=wd, beta2=0.999)
+    torch.manual_seed(7)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        for idx in np.array_split(rng.permutation(21), [8, 16]):
+            with opt.sampled_params(train=True):
+                opt.zero_grad()
+                F.cross_entropy(net(data.x[idx]), data.y[idx]).backward()
+            opt.step()
+    torch.manual_seed(7)
+    st, _, steps = ivon_train(fm, IVONState.start(fm.flat_params(), h0), data, np.random.default_rng(0),
+                              epochs=2, batch_size=8, lr=lambda i, n: lr * (h0 + wd), ess=ess, delta=wd,
+                              beta2=0.999)
+    assert steps == 6
+    torch.testing.assert_close(st.m, torch.cat([p.detach().flatten() for p in net.parameters()]))
+    torch.testing.assert_close(st.h, opt.param_groups[0]["hess"])
+
+
+def test_prior_mean_and_lagrange_terms_enter_as_in_alg2():
+    """Alg. 2 with a prior mean and duals: h tracks ĥ − u; the m step adds v − u∘m + δ(m − m_p)."""
+    torch.manual_seed(0)
+    P = 7
+    st = IVONState(torch.randn(P), torch.rand(P) + 0.5, torch.randn(P), 4)
+    grad, nxg, v, u, mp = (torch.randn(P) for _ in range(5))
+    delta = torch.rand(P) + 0.1
+    lr, ess, b1, b2 = 0.1, 30.0, 0.8, 0.95
+    new = ivon_step(st, grad, nxg, lr=lr, ess=ess, delta=delta, beta1=b1, beta2=b2, prior_mean=mp, v=v, u=u)
+    h_hat = nxg * (st.h + delta) * ess - u
+    h = b2 * st.h + (1 - b2) * h_hat + 0.5 * (1 - b2) ** 2 * (st.h - h_hat) ** 2 / (st.h + delta)
+    g = b1 * st.g + (1 - b1) * grad
+    m = st.m - lr * (g / (1 - b1 ** 5) + v - u * st.m + delta * (st.m - mp)) / (h + delta)
+    torch.testing.assert_close(new.h, h)
+    torch.testing.assert_close(new.g, g)
+    torch.testing.assert_close(new.m, m)
+    assert new.t == 5
+
+
+def test_h_plus_delta_stays_positive_for_any_estimate():
+    st = IVONState(torch.zeros(1000), torch.rand(1000), torch.zeros(1000))
+    nxg = torch.randn(1000) * 1e3
+    new = ivon_step(st, torch.zeros(1000), nxg, lr=0.1, ess=10.0, delta=1e-3, beta2=0.5)
+    assert bool(((new.h + 1e-3) >= (st.h + 1e-3) / 2 - 1e-6).all())
+
+
+def test_ivon_finds_the_gaussian_posterior_of_a_quadratic():
+    """ℓ̄(θ) = ½ a (θ − b)² per coordinate (400 independent coordinates): the IVON fixed point is the exact
+    posterior N((a b + δ m_p)/(a + δ), 1/(λ(a + δ))), so m → that mean and h → a."""
+    a, b, ess, delta, mp, P = 2.0, 1.5, 50.0, 0.5, -1.0, 400
+    st = IVONState.start(torch.zeros(P), 1.0)
+    torch.manual_seed(0)
+    hs = []
+    for i in range(6000):
+        noise = torch.randn(P) * (ess * (st.h + delta)).rsqrt()
+        grad = a * (st.m + noise - b)
+        st = ivon_step(st, grad, noise * grad, lr=0.05, ess=ess, delta=delta, beta2=0.999, prior_mean=mp)
+        if i >= 3000:
+            hs.append(st.h.mean().item())
+    assert abs(st.m.mean().item() - (a * b + delta * mp) / (a + delta)) < 0.01
+    assert abs(np.mean(hs) - a) < 0.03
+
+
+def test_lr_schedules():
+    hp = {"lr": 0.1, "lr_final": 0.01, "lr_schedule": "linear_local", "lr_scale": 2.0}
+    f = lr_schedule(hp, 1, 10)
+    assert f(0, 6) == pytest.approx(0.2) and f(3, 6) == pytest.approx(2 * 0.055)
+    c = {"lr": 1.0, "lr_schedule": "cosine_rounds"}
+    assert lr_schedule(c, 1, 50)(5, 9) == pytest.approx(1.0)
+    assert lr_schedule(c, 26, 50)(0, 9) == pytest.approx(0.5)
+    assert lr_schedule({"lr": 0.3}, 7, 50)(0, 1) == 0.3
+    with pytest.raises(ValueError, match="lr_schedule"):
+        lr_schedule({"lr": 1, "lr_schedule": "step"}, 1, 2)
+
+
+def test_gaussian_samples_are_the_same_networks_for_every_chunk():
+    fm = FlatModel(_net())
+    m = fm.flat_params()
+    std = torch.full_like(m, 0.3)
+    x = torch.randn(10, 6)
+    whole = gaussian_samples_logits(fm, m, std, x, 4, seed=5)
+    parts = torch.cat([gaussian_samples_logits(fm, m, std, x[:6], 4, seed=5),
+                       gaussian_samples_logits(fm, m, std, x[6:], 4, seed=5)], dim=1)
+    torch.testing.assert_close(whole, parts)
+    zero = gaussian_samples_logits(fm, m, torch.zeros_like(m), x, 3, seed=1)
+    torch.testing.assert_close(zero, fm(m, x).expand(3, -1, -1))
