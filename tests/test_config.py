@@ -198,3 +198,24 @@ def test_method_seeds_in_an_experiment(params, schema):
     assert "seeds" not in run_config(params, "fmnist10-dir-k10", "fedlap_func", 0, point)["hparams"]
     params["methods"]["fedlap_func"]["overrides"]["fmnist10-dir-k10"]["seeds"] = [1]
     bad(params, schema, r"seeds \[1\] must be the first seeds")
+
+
+def test_effective_json_config_keeps_small_floats(repo, params, tmp_path):
+    """The DAG passes the CLI its configuration as JSON; PyYAML would read JSON's 5e-05 as a string."""
+    import json
+
+    (tmp_path / "workflow/schemas").mkdir(parents=True)
+    (tmp_path / "workflow/schemas/params.schema.yaml").write_text(
+        (repo / "workflow/schemas/params.schema.yaml").read_text())
+    params["methods"]["bayesadmm"]["lr"] = 5e-05
+    (tmp_path / "params.effective.yaml").write_text(json.dumps(params, indent=1))
+    assert load_params(tmp_path / "params.effective.yaml")["methods"]["bayesadmm"]["lr"] == 5e-05
+
+
+def test_table_variants_must_exist(params, schema):
+    params["tables"]["table1"]["methods"] = ["fedavg", "bayesadmm@mean"]
+    validate(params, schema)
+    params["tables"]["table1"]["methods"] = ["fedavg@mean"]
+    bad(params, schema, r"fedavg has no prediction variant 'mean'")
+    params["tables"]["table1"]["methods"] = ["bayesadmm@median"]
+    bad(params, schema, r"bayesadmm has no prediction variant 'median'")

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
-        "reports/fedlap/NOTES.md"]
-TABLES = ["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
+        "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md"]
+TABLES = (["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
+          + ["reports/bayesadmm/table1.csv", "reports/fedivon/table1.csv", "reports/fedivon/table2.csv"])
 
 
 def fmnist_available() -> bool:
@@ -73,9 +74,9 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     expected_runs = set()
     for e in exps:
         sweep = pd.read_csv(workdir / f"reports/sweeps/{e}.csv")
-        for m in methods:
+        for m in dict.fromkeys(m.split("@")[0] for m in methods):  # bayesadmm@mean is bayesadmm's run
             s = sweep[sweep.method == m]
-            grid = p["methods"][m].get("overrides", {}).get(e, {}).get("sweep") or p["methods"][m]["sweep"]
+            grid = p["methods"][m].get("overrides", {}).get(e, {}).get("sweep") or p["methods"][m].get("sweep", {})
             assert len(s) == min(p["smoke"]["sweep_limit"], len(list(itertools.product(*grid.values()))))
             assert s.selected.sum() == 1 and s.value.max() == s[s.selected].value.iloc[0]
             chosen = s[s.selected].point.iloc[0]
@@ -105,6 +106,20 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     assert set(t3[t3.experiment == "fmnist10-iid-k10"].target) == {75, 78}
     t5 = pd.read_csv(workdir / "reports/fedlap/table5.csv")
     assert set(t5[t5.status == "ok"]["round"]) == {3} and set(t5.metric) == {"test/nll"}
+    # BayesADMM Table 1: the posterior predictive and @mean come from the same runs, and differ
+    ba = pd.read_csv(workdir / "reports/bayesadmm/table1.csv")
+    fm = ba[ba.experiment.isin(["fmnist10-iid-k10", "fmnist10-dir-k10"]) & ba.method.str.startswith("bayesadmm")]
+    assert set(fm.method) == {"bayesadmm", "bayesadmm@mean"} and (fm.status == "ok").all() and fm.ours_mean.notna().all()
+    nll = fm[fm.metric == "test/nll"].set_index(["experiment", "method"]).ours_mean
+    assert (nll.xs("bayesadmm", level="method") != nll.xs("bayesadmm@mean", level="method")).all()
+    assert ba[ba.experiment == "cifar10-dir-k10"].status.str.startswith("not run (data unavailable").all()
+    hist = pd.read_csv(next((workdir / "results/runs/smoke/fmnist10-iid-k10/bayesadmm").glob("*/seed0/history.csv")))
+    assert {"test/acc", "mean/test/acc", "mean/ood/auroc_entropy"} <= set(hist.columns)
+    fi = pd.read_csv(workdir / "reports/fedivon/table1.csv")  # FedIVON's protocol on the FMNIST substitute
+    assert set(fi.method) == {"fedavg", "fedivon@mean", "fedivon"} and (fi.status == "ok").all()
+    assert fi.ours_mean.notna().all() and set(fi.metric) == {"test/acc", "test/ece", "test/nll", "test/brier"}
+    sweep = pd.read_csv(workdir / "reports/sweeps/fmnist-shards-k200.csv")
+    expected_runs |= {("fmnist-shards-k200", r.method, r.point, sd) for r in sweep.itertuples() for sd in seeds}
     # MLflow: one experiment per experiment, one finished run per (method, seed), per-round metrics with step = round
     con = sqlite3.connect(workdir / "mlflow.db")
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "
@@ -126,6 +141,7 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     before_parts = mtimes(workdir, "data/partitions/smoke/*/*.npz")
     before_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
     before_other = mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv")
+    before_other |= mtimes(workdir, "results/runs/smoke/*/bayesadmm/*/*/history.csv")
     table_before = (workdir / "reports/table1.csv").read_text()
 
     p = yaml.safe_load((workdir / "params.yaml").read_text())
@@ -134,10 +150,12 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     out = sh("dvc repro", workdir)
     assert "Stage 'data' didn't change, skipping" in out
     assert "Running stage 'table1'" in out and "Running stage 'fedlap_tables'" in out
+    assert "Running stage 'bayesadmm_tables'" in out and "Running stage 'fedivon_tables'" in out
     assert mtimes(workdir, "data/raw/*/*") == before_data
     assert mtimes(workdir, "data/partitions/smoke/*/*.npz") == before_parts
     after_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
     assert after_runs.keys() == before_runs.keys() and all(after_runs[k] > before_runs[k] for k in before_runs)
-    assert mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv") == before_other
+    assert (mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv")
+            | mtimes(workdir, "results/runs/smoke/*/bayesadmm/*/*/history.csv")) == before_other
     assert (workdir / "reports/table1.csv").read_text() != table_before
     assert "Data and pipelines are up to date" in sh("dvc status", workdir)

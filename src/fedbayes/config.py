@@ -42,7 +42,10 @@ def _schema_for(params_path: Path) -> dict:
 def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
     """Read, schema-check and semantically check params.yaml; apply ``scale`` (or params' own)."""
     path = Path(path)
-    params = yaml.safe_load(path.read_text())
+    text = path.read_text()
+    # The DAG hands the CLI its effective configuration as JSON, which YAML 1.1 would misread
+    # (PyYAML takes JSON's 5e-05 for a string): parse JSON as JSON.
+    params = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
     validate(params, _schema_for(path))
     if scale is not None:
         params["scale"] = scale

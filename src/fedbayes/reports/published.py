@@ -30,5 +30,7 @@ def published_value(refs: list[str], experiment: str, method: str, metric: str, 
         if cells is not None and keys and at in keys:
             cell = cells[keys.index(at)]
             mean, std = cell if cell is not None else (None, None)
+            if mean is not None and std is None:  # a single published run: no std
+                std = float("nan")
             return mean, std, f"{paper} {table}"
     return None
