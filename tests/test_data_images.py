@@ -1,4 +1,7 @@
-"""MNIST and CIFAR-10 specs/loaders (fedbayes.data.images), on tiny real-format files. No network."""
+"""MNIST and CIFAR-10 specs/loaders (fedbayes.data.images), on tiny real-format files. No network.
+
+EMNIST, SVHN and CIFAR-100 loaders: tests/test_data_images2.py; their real specs are checked here.
+"""
 
 from __future__ import annotations
 
@@ -255,7 +258,30 @@ def test_real_specs():
     assert (c.n_train, c.n_test, c.n_classes, c.default_mirrors) == (50000, 10000, 10, ())
 
 
-@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_real_specs_emnist_svhn_cifar100():
+    # official md5s as used by torchvision (EMNIST, SVHN: datasets/mnist.py, svhn.py;
+    # CIFAR-100: datasets/cifar.py)
+    for name, n_classes, n_train, n_test in (("emnist_letters", 26, 124800, 20800),
+                                             ("emnist_digits", 10, 240000, 40000)):
+        e = DATASETS[name]
+        assert e.files == (FileSpec("gzip.zip", "58c8d27c78d21e728a6bc7b3cc06412e", None, "all"),)
+        assert e.urls == ("https://biometrics.nist.gov/cs_links/EMNIST/",)
+        assert (e.n_train, e.n_test, e.n_classes, e.default_mirrors) == (
+            n_train, n_test, n_classes, ())
+    s = DATASETS["svhn"]
+    assert s.files == (FileSpec("train_32x32.mat", "e26dedcc434d2e4c54c9b2d4a06d8373", None, "train"),
+                       FileSpec("test_32x32.mat", "eb5a983be6a315427106f1b164d9cef3", None, "test"))
+    assert s.urls == ("http://ufldl.stanford.edu/housenumbers/",)
+    assert (s.n_train, s.n_test, s.n_classes, s.default_mirrors) == (73257, 26032, 10, ())
+    c = DATASETS["cifar100"]
+    assert c.files == (FileSpec("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85",
+                                None, "all"),)
+    assert c.urls == ("https://www.cs.toronto.edu/~kriz/",)
+    assert (c.n_train, c.n_test, c.n_classes, c.default_mirrors) == (50000, 10000, 100, ())
+
+
+@pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar100", "emnist_letters",
+                                  "emnist_digits", "svhn"])
 def test_real_spec_unavailable_offline(tmp_path, name):
     spec = DATASETS[name]
     with pytest.raises(DataUnavailableError) as ei:

@@ -1,20 +1,24 @@
-"""Image datasets beyond Fashion-MNIST (MNIST, CIFAR-10): registered on import.
+"""Image datasets beyond Fashion-MNIST: registered on import.
 
-Neither has a default local mirror; provide the official files through
+MNIST, CIFAR-10, CIFAR-100, EMNIST (letters, digits) and SVHN (cropped digits).
+None has a default local mirror; provide the official files through
 ``$FEDBAYES_DATA_MIRRORS`` (or ``mirrors=``) or allow downloads.
 """
 
 from __future__ import annotations
 
 import codecs
+import gzip
 import io
 import pickle
 import tarfile
+import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from .idx import GZIP_MAGIC, parse_idx
 from .registry import Arrays, DatasetSpec, load_idx_set, register
 from .sources import MIRRORS_ENV, DataIntegrityError, FileSpec
 
@@ -105,7 +109,9 @@ def restricted_loads(data: bytes):
     return RestrictedUnpickler(io.BytesIO(data), encoding="bytes").load()
 
 
-def _read_batch(tf: tarfile.TarFile, member: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_batch(tf: tarfile.TarFile, member: str, where: str,
+                label_key: bytes = b"labels") -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR python batch: uint8 (N, 3, 32, 32) and int64 labels from ``label_key``."""
     try:
         fh = tf.extractfile(member)
     except KeyError:
@@ -117,9 +123,9 @@ def _read_batch(tf: tarfile.TarFile, member: str, where: str) -> tuple[np.ndarra
             batch = restricted_loads(fh.read())
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
         raise DataIntegrityError(f"{where}: cannot read {member}: {exc}") from exc
-    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
-        raise DataIntegrityError(f"{where}: {member} is not a dict with b'data' and b'labels'")
-    x, labels = batch[b"data"], batch[b"labels"]
+    if not isinstance(batch, dict) or b"data" not in batch or label_key not in batch:
+        raise DataIntegrityError(f"{where}: {member} is not a dict with b'data' and {label_key!r}")
+    x, labels = batch[b"data"], batch[label_key]
     n_px = int(np.prod(CIFAR10_SHAPE))
     if not isinstance(x, np.ndarray) or x.dtype != np.uint8 or x.ndim != 2 or x.shape[1] != n_px:
         raise DataIntegrityError(
@@ -164,4 +170,208 @@ register(DatasetSpec(
     fix_hint=(f"set {MIRRORS_ENV} to a directory holding the official {CIFAR10_ARCHIVE} "
               "(CIFAR-10 python version), or allow downloads (download=True, with "
               "network access)"),
+))
+
+# --------------------------------------------------------------- CIFAR-100
+CIFAR100_ARCHIVE = "cifar-100-python.tar.gz"
+CIFAR100_DIR = "cifar-100-python"
+CIFAR100_TRAIN, CIFAR100_TEST = "train", "test"
+
+
+def load_cifar100(spec: DatasetSpec, d: Path) -> Arrays:
+    """The ``train``/``test`` pickles straight from the tar.gz, with the 100 fine labels."""
+    path = d / spec.files[0].name
+    try:
+        with tarfile.open(path, "r:gz") as tf:
+            x_train, y_train = _read_batch(tf, f"{CIFAR100_DIR}/{CIFAR100_TRAIN}", str(path),
+                                           b"fine_labels")
+            x_test, y_test = _read_batch(tf, f"{CIFAR100_DIR}/{CIFAR100_TEST}", str(path),
+                                         b"fine_labels")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise DataIntegrityError(f"{path}: unreadable archive: {exc}") from exc
+    return Arrays(x_train=np.ascontiguousarray(x_train), y_train=y_train,
+                  x_test=np.ascontiguousarray(x_test), y_test=y_test,
+                  n_classes=spec.n_classes)
+
+
+register(DatasetSpec(
+    name="cifar100",
+    description="CIFAR-100 (Krizhevsky 2009), 50k/10k 32x32 RGB (N, 3, 32, 32), "
+                "100 fine classes",
+    # archive-only: verified by the official md5 of the .tar.gz (as used by torchvision)
+    files=(FileSpec(CIFAR100_ARCHIVE, "eb9058c3a382ffc7106e4002c42a8d85", None, "all"),),
+    loader=load_cifar100,
+    n_classes=100,
+    n_train=50000,
+    n_test=10000,
+    urls=CIFAR10_URLS,
+    fix_hint=(f"set {MIRRORS_ENV} to a directory holding the official {CIFAR100_ARCHIVE} "
+              "(CIFAR-100 python version), or allow downloads (download=True, with "
+              "network access)"),
+))
+
+# ------------------------------------------------------------------ EMNIST
+EMNIST_URLS = ("https://biometrics.nist.gov/cs_links/EMNIST/",)
+EMNIST_ARCHIVE = "gzip.zip"  # the NIST distribution; every EMNIST split in one zip
+EMNIST_MD5 = "58c8d27c78d21e728a6bc7b3cc06412e"  # official archive md5 (as used by torchvision)
+EMNIST_DIR = "gzip"
+
+
+def emnist_member(split: str, part: str, kind: str) -> str:
+    """Zip member of one IDX file, e.g. ``gzip/emnist-letters-train-images-idx3-ubyte.gz``."""
+    idx = "images-idx3" if kind == "images" else "labels-idx1"
+    return f"{EMNIST_DIR}/emnist-{split}-{part}-{idx}-ubyte.gz"
+
+
+def _read_zip_idx(zf: zipfile.ZipFile, member: str, where: str) -> np.ndarray:
+    try:
+        data = zf.read(member)
+    except KeyError:
+        raise DataIntegrityError(f"{where}: no member {member}") from None
+    try:
+        if data[:2] == GZIP_MAGIC:
+            data = gzip.decompress(data)
+        return parse_idx(data, f"{where}:{member}")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataIntegrityError(f"{where}: cannot decompress {member}: {exc}") from exc
+    except ValueError as exc:  # malformed IDX; the message names archive and member
+        raise DataIntegrityError(str(exc)) from exc
+
+
+def emnist_loader(split: str, label_offset: int):
+    """Loader for one EMNIST split read straight from ``gzip.zip`` (nothing extracted).
+
+    The files store each image transposed relative to MNIST (column-major); images are
+    transposed back so they are upright as in MNIST.  ``label_offset`` is subtracted from
+    the labels (1 for letters, whose files number the classes 1..26).
+    """
+
+    def load_emnist(spec: DatasetSpec, d: Path) -> Arrays:
+        path = d / spec.files[0].name
+        where = str(path)
+        arr = {}
+        try:
+            with zipfile.ZipFile(path) as zf:
+                for part in ("train", "test"):
+                    x = _read_zip_idx(zf, emnist_member(split, part, "images"), where)
+                    y = _read_zip_idx(zf, emnist_member(split, part, "labels"), where)
+                    if x.dtype != np.uint8 or x.ndim != 3 or x.shape[1:] != (28, 28):
+                        raise DataIntegrityError(
+                            f"{where}: {emnist_member(split, part, 'images')}: expected uint8 "
+                            f"(N, 28, 28), got {x.dtype} {x.shape}")
+                    if y.ndim != 1:
+                        raise DataIntegrityError(
+                            f"{where}: {emnist_member(split, part, 'labels')}: expected (N,), "
+                            f"got {y.shape}")
+                    y = y.astype(np.int64)
+                    lo, hi = label_offset, label_offset + spec.n_classes - 1
+                    if len(y) and (y.min() < lo or y.max() > hi):
+                        raise DataIntegrityError(
+                            f"{where}: {emnist_member(split, part, 'labels')}: labels outside "
+                            f"{lo}..{hi} (got {y.min()}..{y.max()})")
+                    arr[f"x_{part}"] = np.ascontiguousarray(x.transpose(0, 2, 1))
+                    arr[f"y_{part}"] = y - label_offset
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError,
+                zlib.error) as exc:
+            raise DataIntegrityError(f"{where}: unreadable archive: {exc}") from exc
+        return Arrays(n_classes=spec.n_classes, **arr)
+
+    load_emnist.__name__ = f"load_emnist_{split}"
+    return load_emnist
+
+
+def _emnist_hint(name: str) -> str:
+    return (f"set {MIRRORS_ENV} to a directory holding the official EMNIST archive "
+            f"{EMNIST_ARCHIVE} (the NIST distribution, ~536 MB, md5 {EMNIST_MD5}; "
+            f"{name} reads its gzip/emnist-* IDX files), or allow downloads "
+            "(download=True, with network access)")
+
+
+register(DatasetSpec(
+    name="emnist_letters",
+    description="EMNIST Letters (Cohen et al. 2017), 124.8k/20.8k 28x28 grayscale "
+                "handwritten letters, 26 classes (a/A..z/Z -> 0..25)",
+    files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
+    loader=emnist_loader("letters", label_offset=1),
+    n_classes=26,
+    n_train=124800,
+    n_test=20800,
+    urls=EMNIST_URLS,
+    fix_hint=_emnist_hint("emnist_letters"),
+))
+
+register(DatasetSpec(
+    name="emnist_digits",
+    description="EMNIST Digits (Cohen et al. 2017), 240k/40k 28x28 grayscale "
+                "handwritten digits, 10 classes",
+    files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
+    loader=emnist_loader("digits", label_offset=0),
+    n_classes=10,
+    n_train=240000,
+    n_test=40000,
+    urls=EMNIST_URLS,
+    fix_hint=_emnist_hint("emnist_digits"),
+))
+
+# -------------------------------------------------------------------- SVHN
+SVHN_URLS = ("http://ufldl.stanford.edu/housenumbers/",)
+SVHN_FILES = (
+    # official md5s of the MATLAB files (as used by torchvision)
+    FileSpec("train_32x32.mat", "e26dedcc434d2e4c54c9b2d4a06d8373", None, "train"),
+    FileSpec("test_32x32.mat", "eb5a983be6a315427106f1b164d9cef3", None, "test"),
+)
+SVHN_SHAPE = (32, 32, 3)  # per image in the .mat files: X is (32, 32, 3, N)
+
+
+def _read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    import scipy.io
+    from scipy.io.matlab import MatReadError
+
+    try:
+        mat = scipy.io.loadmat(path, variable_names=["X", "y"])
+    except (MatReadError, ValueError, TypeError, OSError, EOFError, zlib.error,
+            NotImplementedError) as exc:
+        raise DataIntegrityError(f"{path}: unreadable MATLAB file: {exc}") from exc
+    if "X" not in mat or "y" not in mat:
+        raise DataIntegrityError(f"{path}: expected variables X and y, got "
+                                 f"{sorted(k for k in mat if not k.startswith('__'))}")
+    x, y = mat["X"], mat["y"]
+    if x.dtype != np.uint8 or x.ndim != 4 or x.shape[:3] != SVHN_SHAPE:
+        raise DataIntegrityError(f"{path}: X must be uint8 (32, 32, 3, N), got {x.dtype} {x.shape}")
+    # integer labels, or MATLAB doubles holding whole numbers
+    if y.dtype.kind not in "uif" or y.size != x.shape[3] or y.ndim > 2 or \
+            (y.ndim == 2 and 1 not in y.shape):
+        raise DataIntegrityError(f"{path}: y must be integer (N, 1) with N = {x.shape[3]}, "
+                                 f"got {y.dtype} {y.shape}")
+    y = y.reshape(-1)
+    if y.dtype.kind == "f" and not np.array_equal(y, np.round(y)):  # NaN fails too
+        raise DataIntegrityError(f"{path}: y holds non-integer labels")
+    y = y.astype(np.int64)
+    if len(y) and (y.min() < 1 or y.max() > 10):
+        raise DataIntegrityError(f"{path}: labels outside 1..10 (got {y.min()}..{y.max()})")
+    # (H, W, C, N) -> (N, C, H, W); label 10 is the digit 0
+    return np.ascontiguousarray(x.transpose(3, 2, 0, 1)), y % 10
+
+
+def load_svhn(spec: DatasetSpec, d: Path) -> Arrays:
+    """``train_32x32.mat`` and ``test_32x32.mat`` (MATLAB v5) as uint8 (N, 3, 32, 32)."""
+    x_train, y_train = _read_svhn_mat(d / spec.file("train").name)
+    x_test, y_test = _read_svhn_mat(d / spec.file("test").name)
+    return Arrays(x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
+                  n_classes=spec.n_classes)
+
+
+register(DatasetSpec(
+    name="svhn",
+    description="SVHN cropped digits (Netzer et al. 2011), 73,257/26,032 32x32 RGB "
+                "(N, 3, 32, 32), 10 classes (label 10 -> digit 0); 'extra' not used",
+    files=SVHN_FILES,
+    loader=load_svhn,
+    n_classes=10,
+    n_train=73257,
+    n_test=26032,
+    urls=SVHN_URLS,
+    fix_hint=(f"set {MIRRORS_ENV} to a directory holding the official SVHN files "
+              f"({', '.join(f.name for f in SVHN_FILES)}; format 2, cropped digits), or "
+              "allow downloads (download=True, with network access)"),
 ))
