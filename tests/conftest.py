@@ -6,6 +6,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
+# One intra-op thread: the tests' tensors are tiny, and with two threads on a loaded 2-core machine
+# every op's synchronisation stalls (measured 60× slower IVON steps while other jobs ran).
+torch.set_num_threads(1)
+
 
 def no_download(*args, **kwargs):
     raise AssertionError("a test tried to download data")

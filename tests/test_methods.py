@@ -271,6 +271,10 @@ def test_fedlap_func_converges_to_the_map():
     ("feddyn", {"alpha": 0.001, "weight_decay": 1e-4}), ("fedlap", {"delta": 0.1, "rho": "data"}),
     ("fedlap_cov", {"delta": 0.1, "rho": "uniform"}),
     ("fedlap_func", {"delta": 0.1, "rho": "data", "tau": 0.1, "memory_per_class": 1, "server_iters": 20}),
+    ("bayesadmm", {"lr": 0.1, "local_epochs": 2, "rho": 0.5, "tau": 0.01, "delta": 1.0, "dual_damping": 1.0,
+                   "h0": 1.0, "beta2": 0.999, "pred_samples": 4}),
+    ("fedivon", {"lr": 0.1, "lr_final": 0.01, "local_epochs": 2, "lr_schedule": "linear_local", "ess": 20000.0,
+                 "delta": 1e-4, "h0": 1.0, "beta2": 0.999, "pred_samples": 4}),
 ])
 def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_factory, tmp_path):
     """Each registered method runs in the real engine, learns the synthetic task, and a killed run
@@ -286,6 +290,9 @@ def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_fa
     run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None, stop_after=2)
     resumed = run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None)
     assert [r["test/nll"] for r in full] == [r["test/nll"] for r in resumed]
+    variants = [v for v in METHODS[name].variants if v]  # e.g. BayesADMM's point prediction at the mean
+    assert all(r[f"{v}/test/nll"] == q[f"{v}/test/nll"] for r, q in zip(full, resumed) for v in variants)
+    assert all(full[-1][f"{v}/test/acc"] > 0.5 for v in variants)
 
 
 def test_feddyn_without_weight_decay_converges_to_the_mle():

@@ -1,6 +1,7 @@
 """Models of the FedLap paper beyond the MLP: logistic regression (as two-class logits) and the
-CIFAR-10 CNN of FROMP."""
+CIFAR-10 CNN of FROMP; the BayesADMM and FedIVON papers' CNNs and ResNet-20 (GroupNorm)."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -43,3 +44,20 @@ def test_logistic_diag_ggn_is_the_closed_form_hessian():
 def test_multinomial_logistic_regression():
     fm = FlatModel(build_model("logistic", (4,), 3))
     assert fm.n_params == 15 and fm.ops is not None  # a plain Linear: the direct path
+
+
+@pytest.mark.parametrize("name,shape,classes,n_params", [
+    ("emnist_cnn", (28, 28), 26, 186_650),     # FedIVON spec §6.3 (EMNIST-letters)
+    ("lenet5", (3, 32, 32), 10, 62_006),       # FedIVON spec §6.3 (SVHN, CIFAR-10)
+    ("acar_cnn", (3, 32, 32), 10, 797_962),    # BayesADMM spec §4.4 (FedDyn's CIFAR-10 CNN)
+    ("resnet20_gn", (3, 32, 32), 100, 275_572),  # BayesADMM spec §4.4 (CIFAR-100)
+])
+def test_paper_models_have_the_papers_sizes_and_run_flat(name, shape, classes, n_params):
+    torch.manual_seed(0)
+    m = build_model(name, shape, classes)
+    assert sum(p.numel() for p in m.parameters()) == n_params
+    fm = FlatModel(m.eval())
+    x = torch.randn(3, *shape)
+    out = fm(fm.flat_params(), x)
+    assert out.shape == (3, classes)
+    torch.testing.assert_close(out, m(x), rtol=1e-4, atol=1e-5)

@@ -32,11 +32,14 @@ def test_published_lookup_matches_the_papers():
     assert published_value(["bayesadmm:table1"], "fmnist10-dir-k10", "fedavg", "test/nll", 50)[:2] == (0.67, 0.04)
     assert published_value(["fedlap:table1"], "fmnist10-dir-k10", "fedlap_cov", "test/acc", 50)[:2] == (80.5, 0.6)
     assert published_value(["fedlap:table1"], "fmnist10-iid-k10", "fedavg", "test/nll", 10) is None
-    # the FMNIST baselines of BayesADMM Table 1 are FedLap's Table 1 (the paper copies them)
+    # the FMNIST baselines of BayesADMM Table 1 are FedLap's Table 1 (the paper copies them); the papers
+    # differ in one std: FMNIST-100 FedProx round 10 is 73.3 ± 0.4 there and 73.3 (0.7) in FedLap's
     b, f = load_paper("bayesadmm")["tables"]["table1"]["rows"], load_paper("fedlap")["tables"]["table1"]["rows"]
-    for exp in b:
+    for exp in ("fmnist10-iid-k10", "fmnist10-dir-k10", "fmnist-dir-k100"):
         for m in ("fedavg", "fedprox", "feddyn", "fedlap", "fedlap_cov"):
-            assert b[exp][m]["test/acc"] == f[exp][m]["test/acc"]
+            assert [c[0] for c in b[exp][m]["test/acc"]] == [c[0] for c in f[exp][m]["test/acc"]]
+            stds = [(c[1], d[1]) for c, d in zip(b[exp][m]["test/acc"], f[exp][m]["test/acc"]) if c[1] != d[1]]
+            assert stds == ([(0.4, 0.7)] if (exp, m) == ("fmnist-dir-k100", "fedprox") else [])
 
 
 def write_run(d, exp, seed, acc, nll):

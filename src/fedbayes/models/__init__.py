@@ -82,6 +82,56 @@ def lenet5(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
                          nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_classes))
 
 
+def acar_cnn(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
+    """The CIFAR-10 CNN of Acar et al. (FedDyn), BayesADMM's second CIFAR-10 model (spec §4.4):
+    conv5×5(64)-ReLU-pool, conv5×5(64)-ReLU-pool, fc384, fc192, fc; no dropout; 797,962 parameters."""
+    pre, (c, h, w) = _image(in_shape)
+    size = lambda s: ((s - 4) // 2 - 4) // 2  # noqa: E731
+    return nn.Sequential(*pre, nn.Conv2d(c, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(64, 64, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * size(h) * size(w), 384), nn.ReLU(),
+                         nn.Linear(384, 192), nn.ReLU(), nn.Linear(192, n_classes))
+
+
+class _Block(nn.Module):
+    """ResNet BasicBlock with GroupNorm (2 groups) and the option-A shortcut (stride-2 subsampling,
+    zero-padded channels), as in the CIFAR ResNets of He et al. 2016."""
+
+    def __init__(self, cin: int, cout: int, stride: int, groups: int = 2):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.gn1 = nn.GroupNorm(groups, cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.gn2 = nn.GroupNorm(groups, cout)
+        self.stride, self.pad = stride, (cout - cin) // 2
+
+    def forward(self, x):
+        out = torch.relu(self.gn1(self.conv1(x)))
+        out = self.gn2(self.conv2(out))
+        short = x
+        if self.stride != 1 or self.pad:
+            short = nn.functional.pad(x[:, :, ::self.stride, ::self.stride], (0, 0, 0, 0, self.pad, self.pad))
+        return torch.relu(out + short)
+
+
+def resnet20_gn(in_shape: tuple[int, ...], n_classes: int = 100) -> nn.Module:
+    """ResNet-20 for 32×32 images with GroupNorm(2) instead of BatchNorm (BayesADMM's CIFAR-100 model,
+    spec §4.4): 3 stages × 3 blocks of 16/32/64 channels, no conv bias, Kaiming-normal init, global
+    average pooling, linear head; 275,572 parameters for 100 classes."""
+    pre, (c, _, _) = _image(in_shape)
+    layers = [*pre, nn.Conv2d(c, 16, 3, 1, 1, bias=False), nn.GroupNorm(2, 16), nn.ReLU()]
+    cin = 16
+    for cout, stride in ((16, 1), (32, 2), (64, 2)):
+        for i in range(3):
+            layers.append(_Block(cin, cout, stride if i == 0 else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, n_classes)]
+    net = nn.Sequential(*layers)
+    for m in net.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_normal_(m.weight)
+    return net
+
+
 # name → builder(input shape, number of classes, **params.yaml model options)
 MODELS = {
     "mlp": lambda shape, n_classes, **kw: mlp(math.prod(shape), n_classes, **kw),
@@ -89,6 +139,8 @@ MODELS = {
     "cifar_cnn": lambda shape, n_classes, **kw: cifar_cnn(tuple(shape), n_classes, **kw),
     "emnist_cnn": lambda shape, n_classes, **kw: emnist_cnn(tuple(shape), n_classes, **kw),
     "lenet5": lambda shape, n_classes, **kw: lenet5(tuple(shape), n_classes, **kw),
+    "acar_cnn": lambda shape, n_classes, **kw: acar_cnn(tuple(shape), n_classes, **kw),
+    "resnet20_gn": lambda shape, n_classes, **kw: resnet20_gn(tuple(shape), n_classes, **kw),
 }
 
 
