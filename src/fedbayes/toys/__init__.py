@@ -1,0 +1,1 @@
+"""Data-free toy experiments: the two-client 2-D Gaussian of FedEP (spec 002 §3.1) in ``gaussian2d``."""
