@@ -22,7 +22,7 @@ COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "wor
         "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md"]
 TABLES = (["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
           + ["reports/bayesadmm/table1.csv", "reports/bayesadmm/table2.csv", "reports/fedivon/table1.csv",
-             "reports/fedivon/table2.csv"])
+             "reports/fedivon/table2.csv", "reports/fedep/table4.csv"])
 
 
 def fmnist_available() -> bool:
@@ -124,6 +124,8 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     assert len(real) and real.status.str.startswith("not run (data unavailable").all()
     sweep = pd.read_csv(workdir / "reports/sweeps/fmnist-shards-k200.csv")
     expected_runs |= {("fmnist-shards-k200", r.method, r.point, sd) for r in sweep.itertuples() for sd in seeds}
+    toy = pd.read_csv(workdir / "reports/fedep/table4.csv")  # data-free: the published toy reproduces
+    assert list(toy.method) == ["fedavg", "fedpa", "fedep"] and toy.within_range.all()
     # MLflow: one experiment per experiment, one finished run per (method, seed), per-round metrics with step = round
     con = sqlite3.connect(workdir / "mlflow.db")
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "

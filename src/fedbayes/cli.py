@@ -182,6 +182,15 @@ def cmd_table(args) -> None:
     print(df.to_string(index=False, max_colwidth=40))
 
 
+def cmd_toy(args) -> None:
+    from fedbayes.reports.toys import TOYS
+
+    p = _params(args)
+    if args.name not in TOYS:
+        raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
+    print(TOYS[args.name](p, args.out).to_string(index=False))
+
+
 def cmd_select(args) -> None:
     from fedbayes.reports.selection import write_selection
 
@@ -262,6 +271,11 @@ def main(argv=None) -> None:
     sp.add_argument("table")
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_table)
+
+    sp = with_params(sub.add_parser("toy", help="a data-free reproduction target (params.yaml toys), e.g. fedep/table4"))
+    sp.add_argument("name")
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_toy)
 
     sp = with_params(sub.add_parser("select", help="pick a method's sweep point by params.yaml `selection`"))
     sp.add_argument("--experiment", required=True)

@@ -57,3 +57,24 @@ for _table, _spec in config["tables"].items():
             name=_table,
         shell:
             cli("table") + " {params.name} --out {output.csv}"
+
+
+TOY_FIGURES = {"fedep/table4": ["fedep_fig1.png", "fedep_fig4_left.png"]}  # written beside each toy table
+
+for _toy in config.get("toys", {}):
+
+    rule:
+        name:
+            f"toy_{_toy.replace('/', '_')}"
+        input:
+            code=fixed(code("toys", "reports/toys.py", "papers")),
+        output:
+            csv=f"{REPORTS}/{_toy}.csv",
+            md=f"{REPORTS}/{_toy}.md",
+            figures=[f"{REPORTS}/figures/{f}" for f in TOY_FIGURES.get(_toy, [])],
+        params:
+            spec=json.dumps(config["toys"][_toy], sort_keys=True),
+            code=code_hash(code("toys", "reports/toys.py", "papers")),
+            name=_toy,
+        shell:
+            cli("toy") + " {params.name} --out {output.csv}"
