@@ -214,18 +214,23 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
 
 
 def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
-    """The paper's layout: a line per (experiment, round or target), a column per method; each cell is
-    ours (mean ± std, n) over the published value and Δ."""
+    """The paper's layout: a line per (experiment, round or target[, metric]), a column per method;
+    each cell is ours (mean ± std, n) over the published value and Δ. With several metrics, each
+    gets its own block of lines (the papers' accuracy / NLL halves)."""
     spec = p["tables"][name]
-    (metric,) = spec["metrics"]
-    digits = _digits(metric, spec["statistic"])
+    metrics = list(spec["metrics"])
     methods = list(spec["methods"])
     key = "target" if spec["statistic"] == "rounds_to_target" else "round"
-    lines = [f"Metric `{metric}`. Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ.", "",
-             "| experiment | " + key + " | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    several = len(metrics) > 1
+    lines = [f"Metric{'s' if several else ''} {', '.join(f'`{m}`' for m in metrics)}. "
+             "Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ.", "",
+             "| experiment | " + ("metric | " if several else "") + key + " | " + " | ".join(methods) + " |",
+             "|---|---|" + ("---|" if several else "") + "---|" * len(methods)]
     df = df.assign(at=[_at(r) for _, r in df.iterrows()])
-    for (exp, at), g in df.groupby(["experiment", "at"], sort=False):
-        cells = [exp, at]
+    df = df.assign(_m=pd.Categorical(df.metric, categories=metrics))
+    for (exp, metric, at), g in df.groupby(["experiment", "_m", "at"], sort=False, observed=True):
+        digits = _digits(metric, spec["statistic"])
+        cells = [exp] + ([metric] if several else []) + [at]
         for method in methods:
             r = g[g.method == method]
             if r.empty:
