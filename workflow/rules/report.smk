@@ -59,7 +59,8 @@ for _table, _spec in config["tables"].items():
             cli("table") + " {params.name} --out {output.csv}"
 
 
-TOY_FIGURES = {"fedep/table4": ["fedep_fig1.png", "fedep_fig4_left.png"]}  # written beside each toy table
+TOY_FIGURES = {"fedep/table4": ["fedep_fig1.png", "fedep_fig4_left.png"],  # written beside each toy table
+               "bayesadmm/figures": ["bayesadmm_fig3b.png", "bayesadmm_fig4.png", "bayesadmm_fig3a.png"]}
 
 for _toy in config.get("toys", {}):
 
@@ -68,6 +69,7 @@ for _toy in config.get("toys", {}):
             f"toy_{_toy.replace('/', '_')}"
         input:
             code=fixed(code("toys", "reports/toys.py", "papers")),
+            data=fixed([f"{WORK}/data/mnist5k.json"] if _toy.startswith("bayesadmm/") else []),  # fetched mnist5k
         output:
             csv=f"{REPORTS}/{_toy}.csv",
             md=f"{REPORTS}/{_toy}.md",
