@@ -14,3 +14,13 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     tmp.write_text(text)
     os.replace(tmp, path)
     return path
+
+
+def save_figure_atomic(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Save a matplotlib ``Figure`` as PNG via a temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    os.replace(tmp, path)
+    return path

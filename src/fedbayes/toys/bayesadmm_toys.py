@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
@@ -79,6 +78,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from scipy import linalg
+
+from fedbayes.fileio import save_figure_atomic
 
 CLASS_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))  # spec F.1: K = 5 clients of two classes each
 DEFAULT_ROOT = "data/raw"
@@ -490,15 +491,6 @@ def onestep_check(problem: RidgeProblem, rho: float | None = None, c: float = 1.
                         distances(prior.server, problem.solution), dist_id, rounds_to(dist_id, tol))
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    return path
-
-
 PRIOR_INIT = "BayesADMM (S̄ = δI)"
 
 
@@ -534,7 +526,7 @@ def figure3b(path: str | Path, problem: RidgeProblem | None = None, root: str | 
                  f"δ = {problem.delta:g}, S̄ init {'I' if server_init == 'identity' else 'δI'}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return gaps
 
 
@@ -622,7 +614,7 @@ def figure4(path: str | Path, data: list | None = None, **kwargs) -> Fig4Result:
                Line2D([], [], marker="x", ls="", color="gray", label="client 2")]
     axes[0].legend(handles=handles + axes[0].get_legend_handles_labels()[0], fontsize=7, loc="upper center",
                    bbox_to_anchor=(0.5, -0.14), ncol=3)
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return res
 
 
@@ -818,5 +810,5 @@ def figure3a(path: str | Path, data: SoftmaxData | None = None, root: str | Path
                  fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure_atomic(fig, path)
     return runs

@@ -44,7 +44,6 @@ a batch of problems with leading dimensions, ``(..., K, d)`` and ``(..., K, d, d
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,6 +53,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from scipy import linalg, stats
+
+from fedbayes.fileio import save_figure_atomic
 
 PSI_SEED = 0  # authors' toy code: Ψ = make_spd_matrix(2, random_state=0), fixed for every draw (spec §3.1)
 NU, LAM = 7, 0.2  # normal-inverse-Wishart degrees of freedom ν and scaling λ (paper §3.1, Table 4)
@@ -201,15 +202,6 @@ def table4(n_draws: int = 200, seed: int = 0, dtype=np.float32, steps: int = 100
     return pd.DataFrame.from_dict(rows, orient="index", columns=["mean", "std"]).rename_axis("method")
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    return path
-
-
 def figure1(path: str | Path, steps: int = FIG1_STEPS) -> Path:
     """Fig. 1: the two clients, the global target (1σ and 2σ ellipses), FedAvg, FedPA and the EP trajectory."""
     prec = np.linalg.inv(FIG1_SIGMAS)
@@ -241,7 +233,7 @@ def figure1(path: str | Path, steps: int = FIG1_STEPS) -> Path:
     ax.set_ylabel(r"$\theta_2$")
     ax.set_title(f"Two-client toy, {steps} EP steps (paper 002, Fig. 1)")
     ax.legend(handles=handles, fontsize=8, loc="upper right")
-    return _save(fig, path)
+    return save_figure_atomic(fig, path)
 
 
 def figure4_left(path: str | Path, n_draws: int = 200, seed: int = 0, dtype=np.float32,
@@ -268,4 +260,4 @@ def figure4_left(path: str | Path, n_draws: int = 200, seed: int = 0, dtype=np.f
     ax.set_title(f"{n_draws} draws, seed {seed}, {np.dtype(dtype).name}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure_atomic(fig, path)
