@@ -3,7 +3,10 @@
 #   snakemake --cores all reports/table1.csv --config scale=smoke   # about a minute
 # params.yaml is validated (JSON schema + semantic checks) before any job starts.
 
-from snakemake.utils import min_version, validate
+import yaml
+from snakemake.utils import min_version
+
+from fedbayes.config import validate
 
 min_version("9.0")
 
@@ -11,7 +14,9 @@ min_version("9.0")
 configfile: "params.yaml"
 
 
-validate(config, "workflow/schemas/params.schema.yaml")
+# The schema and the semantic checks (unknown names, impossible sizes), every problem listed with its
+# dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
+validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
 
 
 include: "workflow/rules/common.smk"

@@ -219,3 +219,152 @@ def test_table_variants_must_exist(params, schema):
     bad(params, schema, r"fedavg has no prediction variant 'mean'")
     params["tables"]["table1"]["methods"] = ["bayesadmm@median"]
     bad(params, schema, r"bayesadmm has no prediction variant 'median'")
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+# Each bad value is refused with a message naming its key, by the same check Snakemake runs when it
+# parses the workflow — before any job — so nothing is written. ``snakemake`` itself is run on a few of
+# them below; the fuzz test drives the validator with many malformed configurations.
+
+def test_nonpositive_rounds(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["rounds"] = 0
+    bad(params, schema, r"experiments\.fmnist10-iid-k10\.rounds")
+
+
+def test_negative_learning_rate(params, schema):
+    params["methods"]["fedprox"]["overrides"]["fmnist10-iid-k10"]["lr"] = -0.01
+    bad(params, schema, r"methods\.fedprox\.overrides\.fmnist10-iid-k10\.lr")
+
+
+def test_table_naming_a_run_that_cannot_exist(params, schema):
+    params["tables"]["table1"]["experiments"] = ["fmnist10-iid-k10", "fmnist10-dir-k1000"]
+    bad(params, schema, r"tables\.table1: unknown experiment 'fmnist10-dir-k1000'")
+
+
+def test_table_asking_ood_metrics_of_an_experiment_without_ood_set(params, schema):
+    del params["experiments"]["fmnist10-iid-k10"]["ood"]
+    bad(params, schema, r"tables\.table1: metric ood/auroc_entropy needs an OOD set, experiments\.fmnist10-iid-k10 has none")
+
+
+def edit_seeds(p):
+    p["seeds"] = [0, 1.5]
+
+
+def edit_alpha(p):
+    p["experiments"]["fmnist10-dir-k10"]["partition"]["alpha2"] = 0
+
+
+def edit_method(p):
+    p["experiments"]["fmnist10-dir-k10"]["methods"].append("fedmagic")
+
+
+def edit_dataset(p):
+    p["experiments"]["fmnist10-dir-k10"]["dataset"] = "imagenet"
+
+
+def edit_clients(p):
+    p["experiments"]["fmnist10-dir-k10"]["clients"] = 6001
+
+
+def edit_rounds(p):
+    p["experiments"]["fmnist10-dir-k10"]["rounds"] = -3
+
+
+def edit_lr(p):
+    p["experiments"]["fmnist10-dir-k10"]["train"]["lr"] = -1e-3
+
+
+def edit_table(p):
+    p["tables"]["table1"]["methods"].append("fedavg@mean")
+
+
+@pytest.mark.parametrize("edit, key", [
+    (edit_seeds, "seeds.1"), (edit_alpha, "partition.alpha2"), (edit_method, "fedmagic"),
+    (edit_dataset, "imagenet"), (edit_clients, "6001 clients"), (edit_rounds, "fmnist10-dir-k10.rounds"),
+    (edit_lr, "train.lr"), (edit_table, "tables.table1: fedavg has no prediction variant 'mean'"),
+])
+def test_snakemake_refuses_bad_params_before_any_job(tmp_path, repo, edit, key):
+    from dagutil import copy_repo, sh
+
+    d = copy_repo(repo, tmp_path / "repo", edit, scale="paper")
+    before = {f for f in d.rglob("*")}
+    out = sh("snakemake --cores 1 reports/table1.csv", d, check=False, timeout=300)
+    assert "params.yaml" in out and key in out, out[-3000:]
+    assert "Traceback" not in out.split("params.yaml")[0]  # the message comes first, not a stack trace
+    created = {f.relative_to(d) for f in d.rglob("*") if f not in before}
+    assert not [f for f in created if f.parts[0] in ("data", "results", "reports", "mlflow.db", "mlartifacts")], created
+    assert not (d / "work/mlflow").exists() and not (d / "work/logs").exists()
+
+
+@pytest.fixture(scope="module")
+def pristine(repo):
+    return (yaml.safe_load((repo / "params.yaml").read_text()),
+            yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text()))
+
+
+def _leaf_paths(p: dict) -> dict:
+    """Mutation sites: (path, kind) for the keys a user edits most."""
+    sites = [(("seeds", 0), "int"), (("scale",), "enum"), (("device",), "enum"), (("smoke", "sweep_limit"), "int")]
+    for e in p["experiments"]:
+        x = ("experiments", e)
+        sites += [(x + ("rounds",), "int"), (x + ("clients",), "int"), (x + ("subsample",), "fraction"),
+                  (x + ("participation",), "fraction"), (x + ("report_rounds", 0), "int"),
+                  (x + ("dataset",), "name"), (x + ("methods", 0), "name"), (x + ("partition", "scheme"), "enum"),
+                  (x + ("model", "name"), "name"), (x + ("input_scale",), "enum"), (x + ("train", "lr"), "pos"),
+                  (x + ("train", "batch_size"), "int"), (x + ("train", "local_epochs"), "int"),
+                  (x + ("train", "optimizer"), "enum")]
+        if "alpha2" in p["experiments"][e]["partition"]:
+            sites.append((x + ("partition", "alpha2"), "pos"))
+    for t in p["tables"]:
+        sites += [(("tables", t, "experiments", 0), "name"), (("tables", t, "methods", 0), "name"),
+                  (("tables", t, "statistic"), "enum")]
+    return dict(sites)
+
+
+def _malformed(kind):
+    from hypothesis import strategies as st
+
+    junk = st.one_of(st.none(), st.booleans(), st.lists(st.integers(), max_size=2),
+                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=1))
+    word = st.text("abcdefghijklmnopqrstuvwxyz_-0123456789", min_size=1, max_size=12).map(lambda s: "zz" + s)
+    return {
+        "int": st.one_of(junk, word, st.integers(max_value=0), st.floats(0.01, 1e3).filter(lambda v: v != int(v))),
+        "pos": st.one_of(junk, word, st.floats(max_value=0, allow_nan=False), st.integers(max_value=0)),
+        "fraction": st.one_of(junk, word, st.floats(max_value=0, allow_nan=False), st.floats(min_value=1.0001)),
+        "enum": st.one_of(junk, word),
+        "name": st.one_of(junk, word),
+    }[kind]
+
+
+def test_fuzz_malformed_params_get_a_clear_error_naming_the_key(pristine):
+    """Many malformed configurations, one bad value each: every one is refused with a ConfigError whose
+    message names the key (or, for a name that does not exist, the name), and nothing else escapes."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    base, schema = pristine
+    sites = _leaf_paths(base)
+
+    @st.composite
+    def mutation(draw):
+        path, kind = draw(st.sampled_from(sorted(sites.items(), key=str)))
+        return path, kind, draw(_malformed(kind))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+    @given(mutation())
+    def check(m):
+        path, kind, value = m
+        p = copy.deepcopy(base)
+        node = p
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        with pytest.raises(ConfigError) as err:
+            validate(p, schema)
+        msg = str(err.value)
+        dotted = ".".join(map(str, path))
+        named = dotted in msg or (isinstance(value, str) and repr(value) in msg) or \
+            ".".join(map(str, path[:-1])) in msg  # a list item: jsonschema names the item, we the list
+        assert named, f"{dotted} = {value!r}: the error does not name it:\n{msg}"
+
+    check()

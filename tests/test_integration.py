@@ -4,60 +4,24 @@ the MLflow store; then DVC, after a FedAvg hyperparameter edit, reruns only the 
 tables (not the raw data, not the partitions, not the other methods' runs)."""
 
 import itertools
-import os
-import shutil
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from dagutil import copy_repo, mtimes, require_fmnist, sh
 
 pytestmark = pytest.mark.integration
 
-BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
-        "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md"]
 TABLES = (["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
           + ["reports/bayesadmm/table1.csv", "reports/bayesadmm/table2.csv", "reports/fedivon/table1.csv",
              "reports/fedivon/table2.csv", "reports/fedep/table4.csv"])
 
 
-def fmnist_available() -> bool:
-    mirrors = os.environ.get("FEDBAYES_DATA_MIRRORS", "").split(os.pathsep) + ["/usr/share/datasets/fashion-mnist"]
-    return any(Path(m, "train-images-idx3-ubyte.gz").exists() for m in mirrors if m)
-
-
-def sh(cmd, cwd, timeout=2400):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db",
-           "FEDBAYES_OFFLINE": "1"}  # MNIST, CIFAR-10, UCI, FLamby: unavailable, never downloaded
-    r = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, timeout=timeout, env=env)
-    assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
-    return r.stdout + r.stderr
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, repo):
-    if not fmnist_available():
-        if os.environ.get("CI"):
-            pytest.fail("Fashion-MNIST is not available (install dataset-fashion-mnist); CI must run this test")
-        pytest.skip("Fashion-MNIST not available offline (apt-get install dataset-fashion-mnist)")
-    d = tmp_path_factory.mktemp("repo")
-    for name in COPY:
-        src = repo / name
-        (d / name).parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree(src, d / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
-         else shutil.copy2(src, d / name))
-    p = yaml.safe_load((d / "params.yaml").read_text())
-    p["scale"] = "smoke"
-    (d / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-    return d
-
-
-def mtimes(root: Path, pattern: str) -> dict:
-    return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in sorted(root.glob(pattern))}
+    require_fmnist(pytest)
+    return copy_repo(repo, tmp_path_factory.mktemp("repo"))
 
 
 def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):

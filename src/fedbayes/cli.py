@@ -75,12 +75,13 @@ def _locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def fetch_dataset(name: str, root: str, download: bool = True):
-    """Fetch (idempotently) under a lock: a training job fetches its own data when it is missing."""
+def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = True):
+    """Fetch (idempotently) under a lock: a training job fetches its own data when it is missing, and
+    refuses (``repair=False``) a present file that fails its checksum."""
     from fedbayes.data import fetch
 
     with _locked(Path(root) / name):
-        return fetch(name, root=root, download=download and not os.environ.get(OFFLINE_ENV))
+        return fetch(name, root=root, download=download and not os.environ.get(OFFLINE_ENV), repair=repair)
 
 
 def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str | None = None) -> dict:
@@ -151,7 +152,7 @@ def cmd_train(args) -> None:
     # fetches its data and writes its partition itself when they are missing
     for d in (cfg["dataset"], cfg.get("ood")):
         if d:
-            fetch_dataset(d, p["paths"]["raw"])
+            fetch_dataset(d, p["paths"]["raw"], repair=False)
     ensure_partition(p, args.experiment, args.seed, args.partition)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -220,8 +221,10 @@ def cmd_track(args) -> None:
     run_id = log_run(p, args.experiment, args.method, args.point, args.seed, args.run_dir,
                      partition_figure=args.partition_figure, selected=args.selected)
     if args.marker:
+        from fedbayes.fileio import write_text_atomic
+
         Path(args.marker).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.marker).write_text(run_id + "\n")
+        write_text_atomic(args.marker, run_id + "\n")
     print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{args.point}/seed{args.seed})")
 
 
@@ -301,11 +304,12 @@ def main(argv=None) -> None:
 
     args = ap.parse_args(argv)
     from fedbayes.config import ConfigError
-    from fedbayes.data import DataUnavailableError
+    from fedbayes.data import DataIntegrityError, DataUnavailableError
+    from fedbayes.partition import PartitionIntegrityError
 
     try:
         args.fn(args)
-    except (ConfigError, DataUnavailableError, FileNotFoundError) as e:
+    except (ConfigError, DataUnavailableError, DataIntegrityError, PartitionIntegrityError, FileNotFoundError) as e:
         print(f"fedbayes {args.cmd}: error: {e}", file=sys.stderr)
         sys.exit(2)
 

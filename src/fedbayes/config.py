@@ -113,6 +113,11 @@ def check_semantics(params: dict) -> None:
         for name in spec["experiments"]:
             if name not in params["experiments"]:
                 problems.append(f"tables.{t}: unknown experiment {name!r}")
+            else:  # a cell that no run can fill: an OOD metric of an experiment without an OOD set
+                for metric in spec.get("metrics", []):
+                    if metric.startswith("ood/") and not params["experiments"][name].get("ood"):
+                        problems.append(f"tables.{t}: metric {metric} needs an OOD set, "
+                                        f"experiments.{name} has none (set experiments.{name}.ood)")
         for name in spec["methods"]:
             base, variant = split_variant(name)
             if base not in METHODS:

@@ -10,10 +10,13 @@ identified by the tag ``run_key``, and an earlier import of the same key is dele
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pandas as pd
 
@@ -47,6 +50,13 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _finite(v) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
 def with_retry(fn, attempts: int = 8, delay: float = 0.5):
     for i in range(attempts):
         try:
@@ -64,8 +74,37 @@ def _ready_client(client):
     return client
 
 
+@contextmanager
+def store_lock(uri: str):
+    """For a SQLite store, an exclusive lock on ``<db>.lock`` for the whole import: concurrent writers
+    (jobs of two Snakemake invocations, cluster jobs on a shared filesystem) otherwise race through the
+    schema migration of a new store ("table ... already exists", alembic "expected to match one row")
+    and collide on writes ("database is locked"). Tracking servers and other databases serialise
+    themselves; within one Snakemake invocation the ``mlflow_db`` resource already runs one import at a time."""
+    u = urlparse(uri)
+    if u.scheme != "sqlite":
+        yield
+        return
+    import fcntl
+
+    db = Path(uri.split(":///", 1)[1] if ":///" in uri else u.path)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
             partition_figure: str | None = None, selected: str | None = None) -> str:
+    with store_lock(tracking_uri(p)):
+        return _log_run(p, experiment, method, point, seed, run_dir, partition_figure, selected)
+
+
+def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
+             partition_figure: str | None, selected: str | None) -> str:
     import mlflow
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
@@ -86,6 +125,8 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
         e = client.get_experiment_by_name(exp_name)
         if e is not None:
             return e.experiment_id
+        if urlparse(tracking_uri(p)).scheme in ("http", "https"):  # a tracking server stores (or proxies) artifacts
+            return client.create_experiment(exp_name)
         art = Path(paths(p).get("mlartifacts", "mlartifacts")).resolve() / exp_name
         return client.create_experiment(exp_name, artifact_location=art.as_uri())
 
@@ -98,6 +139,9 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
             "partition_hash": info["config"].get("partition_hash", ""),
             "device": info.get("device", ""), "device_name": info.get("device_name", ""),
             "torch": info.get("torch", ""), "predictions": str((run_dir / "predictions.npz").resolve())}
+    if "diverged" in info:  # a finished run whose training became NaN/inf at that round
+        tags |= {"status": "diverged", "diverged_round": str(info["diverged"]["round"]),
+                 "diverged_reason": info["diverged"]["reason"]}
     if selected:
         tags["selected"] = str(json.loads(Path(selected).read_text())["point"] == point).lower()
     run = with_retry(lambda: client.create_run(exp_id, run_name=name, tags={"mlflow.runName": name, **tags}))
@@ -105,7 +149,7 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
     now = int(time.time() * 1000)
     params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items()]
     series = [Metric(col, float(v), now, int(r)) for col in history.columns if col not in NON_METRICS
-              for r, v in zip(history["round"], history[col]) if pd.notna(v)]
+              for r, v in zip(history["round"], history[col]) if _finite(v)]
     final = [Metric(f"final/{k}", float(v), now, metrics["final_round"]) for k, v in metrics["final"].items()]
     final += [Metric(f"final/{name}/{k}", float(v), now, metrics["final_round"])  # final/mean/test/acc
               for name, var in metrics.get("variants", {}).items() for k, v in var["final"].items()]

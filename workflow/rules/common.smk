@@ -3,11 +3,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from fedbayes.config import (check_semantics, experiment_config, partition_config, paths, run_config, seeds,
+from fedbayes.config import (experiment_config, partition_config, paths, run_config, seeds,
                              selection, swept_points, sweep_points)
 from fedbayes.methods import split_variant
-
-check_semantics(config)  # unknown names, impossible sizes: a clear error before any job
 
 SCALE = config["scale"]
 PATHS = paths(config)

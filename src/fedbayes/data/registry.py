@@ -258,11 +258,14 @@ def _format_unavailable(spec: DatasetSpec, dest: Path, problems) -> str:
 
 
 def fetch(name: str, root: Path | str = DEFAULT_ROOT, mirrors: list[str] | None = None,
-          download: bool = True) -> Path:
+          download: bool = True, repair: bool = True) -> Path:
     """Ensure ``<root>/<name>/`` holds verified files and return that directory.
 
     Idempotent: files already present and verified are left untouched; a
-    present file that fails verification is deleted and re-obtained.  Sources
+    present file that fails verification is deleted and re-obtained (``repair``),
+    or, with ``repair=False`` (a training job's implicit fetch), refused with a
+    DataIntegrityError naming the file: nothing is computed from a damaged copy
+    and nothing is replaced behind the user's back.  Sources
     per file: ``mirrors`` (else $FEDBAYES_DATA_MIRRORS, then the dataset's
     default mirror dirs), then an installed package, then the official URLs
     (only if ``download``).  Raises DataUnavailableError listing every source
@@ -283,6 +286,9 @@ def fetch(name: str, root: Path | str = DEFAULT_ROOT, mirrors: list[str] | None 
             if reason is None:
                 log.debug("%s/%s already present and verified", name, f.name)
                 continue
+            if not repair:
+                raise DataIntegrityError(f"{final}: {reason}. The file was damaged after it was fetched; "
+                                         f"run `fedbayes data {name}` to replace it from a verified source.")
             log.warning("%s: %s; deleting and fetching again", final, reason)
             final.unlink()
         label, failures = src.materialise(f, dest, sources, expected)

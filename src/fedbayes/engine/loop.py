@@ -4,6 +4,11 @@ Each round: sample clients, run their local updates from the broadcast state, ag
 the global predictive on the test and OOD sets, append a history row, and write an atomic
 checkpoint. A killed run restarts from its last checkpoint and produces the same numbers as an
 uninterrupted one (all randomness is keyed by (seed, round, client), see ``seeds.py``).
+
+A run whose training loss or server state becomes non-finite (NaN/inf) stops at that round and is
+recorded as diverged: its history up to that round, the predictions of the rounds before it, and
+``run.json["diverged"] = {"round": r, "reason": ...}``. It is a finished run (a result, not a crash),
+so the tables show it as diverged and everything else still builds.
 """
 
 from __future__ import annotations
@@ -93,6 +98,14 @@ def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
             if always or rnd % (mc_every if kind == "samples" else every) == 0]
 
 
+def _divergence(losses: list[float], server: dict) -> str | None:
+    """Why a round's outcome is unusable (non-finite client loss or server state), or None."""
+    if not np.all(np.isfinite(losses)):
+        return "non-finite training loss"
+    bad = [k for k, v in server.items() if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    return f"non-finite server state ({', '.join(sorted(bad))})" if bad else None
+
+
 def _atomic_save(obj, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
@@ -138,6 +151,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         log(f"resuming from round {state['round']} ({ckpt_path})")
 
     save_rounds = set(cfg["save_rounds"])
+    diverged = None
     n_part = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
     for rnd in range(start, rounds + 1):
         t0 = time.perf_counter()
@@ -158,6 +172,13 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         wall += dt
         comm = {"train/loss": float(np.average(losses, weights=sizes[picked])), "clients": len(picked),
                 "time_s": dt, "wall_s": wall, "bytes_up": up_bytes, "bytes_down": _nbytes(down) * len(picked)}
+        reason = _divergence(losses, server)
+        if reason is not None:  # keep the history so far, record the round, stop
+            history.append({"round": rnd, **comm})
+            diverged = {"round": rnd, "reason": reason}
+            log(f"[{cfg['experiment']} {cfg['method']} seed {seed}] round {rnd:3d}/{rounds}  DIVERGED: {reason}; "
+                f"run stopped and recorded as diverged")
+            break
         row, logp = _evaluate(method, server, data, rnd, comm, log, cfg)
         history.append(row)
         if rnd in save_rounds:
@@ -167,7 +188,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         if stop_after is not None and rnd >= stop_after:
             return history
 
-    _write_outputs(out, cfg, key, history, saved, server, data, device)
+    _write_outputs(out, cfg, key, history, saved, server, data, device, diverged)
     ckpt_path.unlink(missing_ok=True)
     return history
 
@@ -199,7 +220,7 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
     return row, logps
 
 
-def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device) -> None:
+def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, diverged=None) -> None:
     cols = list(dict.fromkeys(c for row in history for c in row))
     tmp = out / "history.csv.tmp"
     with open(tmp, "w", newline="") as f:
@@ -209,8 +230,8 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
     os.replace(tmp, out / "history.csv")
 
     rounds = sorted(saved)
-    arrays = {"rounds": np.array(rounds), "y_test": data.y_test.cpu().numpy()}
-    for key in saved[rounds[-1]]:  # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
+    arrays = {"rounds": np.array(rounds, dtype=np.int64), "y_test": data.y_test.cpu().numpy()}
+    for key in saved[rounds[-1]] if rounds else ():  # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
         variant, _, split = key.rpartition("/")
         arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack([saved[r][key].numpy() for r in rounds])
     tmp = out / "predictions.tmp.npz"
@@ -222,6 +243,8 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
             "wall_s": history[-1].get("wall_s"), "client_sizes": [len(p) for p in data.parts]}
+    if diverged is not None:
+        info["diverged"] = diverged
     tmp = out / "run.json.tmp"
     tmp.write_text(json.dumps(info, indent=2))
     os.replace(tmp, out / "run.json")

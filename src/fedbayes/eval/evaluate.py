@@ -29,18 +29,21 @@ def evaluate_run(run_dir: str | Path) -> dict:
             out[str(r)] = prefixed(classification_metrics(pred[f"test_logp{suffix}"][i], y, ood))
         return out
 
-    final = rounds[-1]
     main = per_round()
     # prediction variants (e.g. test_logp@mean: BayesADMM's point prediction at the posterior mean)
     variants = {k.split("@", 1)[1]: per_round("@" + k.split("@", 1)[1]) for k in pred.files if k.startswith("test_logp@")}
     cfg = info["config"]
+    # a diverged run (run.json "diverged") has the rounds saved before it diverged, possibly none
+    final = rounds[-1] if rounds else None
+    last = (lambda r: r[str(final)]) if rounds else (lambda r: {})
     out = {
         "experiment": cfg["experiment"], "method": cfg["method"], "seed": cfg["seed"],
         "scale": cfg["scale"], "config_hash": info["config_hash"], "final_round": final,
-        "final": main[str(final)], "rounds": main,
-        **({"variants": {v: {"final": r[str(final)], "rounds": r} for v, r in variants.items()}} if variants else {}),
+        **({"diverged": info["diverged"]} if "diverged" in info else {}),
+        "final": last(main), "rounds": main,
+        **({"variants": {v: {"final": last(r), "rounds": r} for v, r in variants.items()}} if variants else {}),
         "reliability": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in b.items()}
-                        for b in calibration(pred["test_logp"][-1], y)["bins"]],
+                        for b in calibration(pred["test_logp"][-1], y)["bins"]] if rounds else [],
         "wall_s": info.get("wall_s"), "device": info.get("device"),
     }
     write_text_atomic(run_dir / "metrics.json", json.dumps(out, indent=1))

@@ -3,7 +3,7 @@
 All randomness comes from an explicit ``numpy.random.Generator``.
 """
 
-from .io import load_partition, partition_hash, plot_partition, save_partition
+from .io import PartitionIntegrityError, load_partition, partition_hash, plot_partition, save_partition
 from .schemes import (
     SCHEMES,
     class_counts,
@@ -16,6 +16,7 @@ from .schemes import (
 )
 
 __all__ = [
+    "PartitionIntegrityError",
     "SCHEMES",
     "subsample",
     "iid",

@@ -12,7 +12,11 @@ import numpy as np
 
 from .schemes import class_counts
 
-__all__ = ["partition_hash", "save_partition", "load_partition", "plot_partition"]
+__all__ = ["PartitionIntegrityError", "partition_hash", "save_partition", "load_partition", "plot_partition"]
+
+
+class PartitionIntegrityError(ValueError):
+    """A partition file whose content does not match its stored hash, or cannot be read at all."""
 
 
 def partition_hash(parts: list[np.ndarray]) -> str:
@@ -91,17 +95,24 @@ def load_partition(path: str | os.PathLike) -> tuple[list[np.ndarray], dict]:
 
     Returns ``(parts, meta)``; ``meta`` contains the stored metadata including ``hash``
     and ``n_clients``, plus ``class_counts`` (list of lists) and ``sizes`` (list).
-    Raises ``ValueError`` if the stored hash does not match the stored indices.
+    Raises ``PartitionIntegrityError`` (a ``ValueError``) naming the file if it cannot be read or the
+    stored hash does not match the stored indices.
     """
-    with np.load(Path(path), allow_pickle=False) as z:
-        meta = json.loads(str(z["meta_json"][()]))
-        k = int(meta["n_clients"])
-        parts = [z[f"client_{j}"].astype(np.int64, copy=False) for j in range(k)]
-        meta["class_counts"] = z["class_counts"].astype(np.int64).tolist()
-        meta["sizes"] = z["sizes"].astype(np.int64).tolist()
+    try:
+        with np.load(Path(path), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta_json"][()]))
+            k = int(meta["n_clients"])
+            parts = [z[f"client_{j}"].astype(np.int64, copy=False) for j in range(k)]
+            meta["class_counts"] = z["class_counts"].astype(np.int64).tolist()
+            meta["sizes"] = z["sizes"].astype(np.int64).tolist()
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # a damaged zip/npy/JSON member: BadZipFile, zlib.error, ValueError, KeyError, ...
+        raise PartitionIntegrityError(f"partition file {path} is corrupt or unreadable ({type(e).__name__}: {e}); delete it "
+                         "and rerun (the partition job rewrites it from the seed)") from e
     actual = partition_hash(parts)
     if actual != meta.get("hash"):
-        raise ValueError(
+        raise PartitionIntegrityError(
             f"partition file {path} is corrupt: stored hash {meta.get('hash')} != computed {actual}"
         )
     return parts, meta

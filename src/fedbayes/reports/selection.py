@@ -15,7 +15,7 @@ import pandas as pd
 
 from fedbayes.config import paths, selection, sweep_points
 from fedbayes.fileio import write_text_atomic
-from fedbayes.reports.tables import cell_value
+from fedbayes.reports.tables import cell_value, diverged_before
 
 
 def runs_root(p: dict) -> Path:
@@ -39,9 +39,14 @@ def select(p: dict, experiment: str, method: str) -> dict:
     candidates = []
     for point, values in sweep_points(p, experiment, method).items():
         m = json.loads((run_dir(p, experiment, method, point, crit["seed"]) / "metrics.json").read_text())
-        candidates.append({"point": point, "hparams": values,
-                           "value": cell_value(m, crit["metric"], crit["round"], crit["statistic"])})
-    pick = (max if crit["mode"] == "max" else min)(candidates, key=lambda c: c["value"])
+        r = diverged_before(m, crit["round"])  # a diverged point has no value and is never selected
+        candidates.append({"point": point, "hparams": values, **({"diverged_round": r} if r else {}),
+                           "value": float("nan") if r else cell_value(m, crit["metric"], crit["round"], crit["statistic"])})
+    finite = [c for c in candidates if "diverged_round" not in c]
+    if finite:
+        pick = (max if crit["mode"] == "max" else min)(finite, key=lambda c: c["value"])
+    else:  # every point diverged: the one that lasted longest runs on, and the tables show it diverged
+        pick = max(candidates, key=lambda c: c["diverged_round"])
     return {"experiment": experiment, "method": method, "point": pick["point"], "hparams": pick["hparams"],
             "criterion": crit, "candidates": candidates}
 

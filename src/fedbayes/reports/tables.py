@@ -35,6 +35,12 @@ def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
     return 100.0 * v if metric in PERCENT else v
 
 
+def diverged_before(metrics_or_info: dict, rnd: float) -> int | None:
+    """The round a run diverged at (metrics.json or run.json ``diverged``) if it is ≤ ``rnd``, else None."""
+    d = metrics_or_info.get("diverged")
+    return int(d["round"]) if d and d["round"] <= rnd else None
+
+
 def experiment_status(p: dict, exp: str) -> str:
     """``"ok"``, or ``"not run (data unavailable: …)"`` when a dataset of the experiment could not be
     obtained on this machine (the DAG's data checkpoint, ``<work>/data/<dataset>.json``)."""
@@ -89,18 +95,26 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
             base, variant = split_variant(method)  # bayesadmm@mean: the bayesadmm runs' "mean" predictions
             st = status if status != "ok" or base in e["methods"] else \
                 f"not run ({base} is not in experiments.{exp}.methods)"
-            point, runs, hists = "", [], []
+            point, runs, hists, infos = "", [], [], []
             if st == "ok":
                 point = selected_point(p, exp, base)
                 dirs = [run_dir(p, exp, base, point, s) for s in seeds(p, exp, base)]
                 if spec["statistic"] == "rounds_to_target":
                     hists = [pd.read_csv(d / "history.csv") for d in dirs]
+                    infos = [{**(json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else {}),
+                              "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
                 else:
                     runs = [json.loads((d / "metrics.json").read_text()) for d in dirs]
-                    runs = [{**m, "rounds": m["variants"][variant]["rounds"]} if variant else m for m in runs]
+                    runs = [{**m, "rounds": m.get("variants", {}).get(variant, {}).get("rounds", {})} if variant else m
+                            for m in runs]
+                    infos = runs
             for key, at in _cells(p, spec, exp):
+                # seeds whose run diverged (NaN/inf) by this cell: the cell reads "diverged", not a number
+                div = [(m["seed"], r) for m in infos if (r := diverged_before(m, math.inf if key == "target" else at))]
+                cell_st = st if st != "ok" or not div else \
+                    "diverged (" + ", ".join(f"seed {sd} at round {r}" for sd, r in div) + ")"
                 for metric in spec["metrics"]:
-                    if st != "ok":
+                    if cell_st != "ok":
                         vals = np.array([])
                     elif key == "target":
                         vals = np.array([rounds_to_target(h, at, metric, variant) for h in hists])
@@ -115,8 +129,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     std = float(ok_vals.std(ddof=ddof)) if len(ok_vals) > ddof else float("nan")
                     has_pub = pub is not None and pub[0] is not None
                     diff = mean - pub[0] if has_pub else float("nan")
-                    note = st if st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
-                    if has_pub is False and pub is not None and st == "ok":
+                    note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
+                    if has_pub is False and pub is not None and cell_st == "ok":
                         note = (note + "; " if note else "") + "published: not reached / not reported"
                     rows.append({
                         "experiment": exp, "method": method, "point": point,
@@ -129,7 +143,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "diff": diff, "tolerance": tol.get(metric, float("nan")),
                         "within_tol": (abs(diff) <= tol[metric]) if has_pub and metric in tol and not math.isnan(diff)
                         else None,
-                        "scale": p["scale"], "status": st if st != "ok" else "ok", "note": note,
+                        "scale": p["scale"], "status": cell_st, "note": note,
                     })
     df = pd.DataFrame(rows)
     if not (df["target"].notna().any()):
@@ -178,11 +192,26 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
             + (f"; ✓ = |Δ| within tolerance {tol}" if tol else "") + ".", ""]
 
 
+def _is_diverged(status: str) -> bool:
+    return status.startswith("diverged")
+
+
+def _status_cell(status: str) -> str:
+    """What a cell without a number shows: "not run" or "diverged (seed S at round r)"."""
+    return status if _is_diverged(status) else "not run"
+
+
 def _not_run_notes(df: pd.DataFrame) -> list[str]:
-    notes = df[df.status != "ok"][["experiment", "method", "status"]].drop_duplicates()
+    out = []
+    diverged = df[df.status.map(_is_diverged)][["experiment", "method", "status"]].drop_duplicates()
+    if not diverged.empty:
+        out += ["", "**Diverged (training loss or server state became NaN/inf; history kept up to that round):**", ""]
+        out += [f"- {r.experiment}/{r.method}: {r.status}"
+                for r in diverged.drop_duplicates(["experiment", "method"], keep="first").itertuples()]
+    notes = df[(df.status != "ok") & ~df.status.map(_is_diverged)][["experiment", "method", "status"]].drop_duplicates()
     if notes.empty:
-        return []
-    out = ["", "**Not run on the machine that built this table:**", ""]
+        return out
+    out += ["", "**Not run on the machine that built this table:**", ""]
     for (exp, status), g in notes.groupby(["experiment", "status"], sort=False):
         out.append(f"- {exp} ({', '.join(g.method)}): {status}")
     return out
@@ -205,7 +234,7 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
         for m in metrics:
             r = g[g.metric == m].iloc[0]
             digits = _digits(m, spec["statistic"])
-            cells.append(_fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else "not run")
+            cells.append(_fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else _status_cell(r.status))
             if f"{m} published" in header:
                 cells.append(_fmt(r.published_mean, r.published_std, None, digits))
                 cells.append(_delta(r, digits))
@@ -237,7 +266,7 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
                 cells.append("")
                 continue
             r = r.iloc[0]
-            ours = _fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else "not run"
+            ours = _fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else _status_cell(r.status)
             if r.status == "ok" and not ours:
                 ours = "— (" + r.note + ")"
             pub = _fmt(r.published_mean, r.published_std, None, digits) or ("—" if r.published_source else "")

@@ -1,0 +1,65 @@
+"""Shared by the tests that run the real workflow (Snakemake, DVC, MLflow, SLURM) in a temporary copy
+of the repository: copy it, edit its params.yaml, run a command with the venv's tools on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+BIN = Path(sys.executable).parent
+COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
+        "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md"]
+FMNIST_DEB = "/usr/share/datasets/fashion-mnist"
+
+
+def fmnist_available() -> bool:
+    mirrors = os.environ.get("FEDBAYES_DATA_MIRRORS", "").split(os.pathsep) + [FMNIST_DEB]
+    return any(Path(m, "train-images-idx3-ubyte.gz").exists() for m in mirrors if m)
+
+
+def require_fmnist(pytest) -> None:
+    """Skip (fail on CI, which must run these tests) when Fashion-MNIST cannot be had offline."""
+    if not fmnist_available():
+        if os.environ.get("CI"):
+            pytest.fail("Fashion-MNIST is not available (install dataset-fashion-mnist); CI must run this test")
+        pytest.skip("Fashion-MNIST not available offline (apt-get install dataset-fashion-mnist)")
+
+
+def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None, scale: str = "smoke") -> Path:
+    """The workflow's files copied into ``dst``; params.yaml at ``scale``, then passed to ``edit``."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in COPY:
+        src = repo / name
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
+         else shutil.copy2(src, dst / name))
+    p = yaml.safe_load((dst / "params.yaml").read_text())
+    p["scale"] = scale
+    if edit is not None:
+        edit(p)
+    (dst / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    return dst
+
+
+def env(**extra: str) -> dict:
+    """The test's environment with the venv's tools first on PATH, a local SQLite MLflow store and no
+    downloads (MNIST, CIFAR-10, UCI, FLamby are unavailable offline and never fetched)."""
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "FEDBAYES_OFFLINE": "1", **extra}
+
+
+def sh(cmd: str, cwd: Path, timeout: float = 2400, check: bool = True, **extra_env: str) -> str:
+    r = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, timeout=timeout, env=env(**extra_env))
+    if check:
+        assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
+    return r.stdout + r.stderr
+
+
+def mtimes(root: Path, pattern: str) -> dict:
+    return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in sorted(root.glob(pattern))}

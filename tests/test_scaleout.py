@@ -1,0 +1,82 @@
+"""Past one machine: the smoke DAG logging to an MLflow tracking server (``mlflow server`` with a SQL
+backend on loopback) instead of the local SQLite file. The Slurm path is tests/test_slurm.py; the DVC
+remote (push, fresh clone, pull, adopt) is in tests/test_integration.py, on the DAG that test builds."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pandas as pd
+import pytest
+from dagutil import BIN, copy_repo, env, require_fmnist, sh
+
+pytestmark = pytest.mark.integration
+
+EXP = "fmnist10-iid-k10"
+
+
+def narrow_table1(p: dict) -> None:
+    """table1 cut to one experiment and FedAvg: 2 sweep points on seed 0, the selected one on seed 1."""
+    p["tables"]["table1"].update({"experiments": [EXP], "methods": ["fedavg"]})
+    p["experiments"][EXP]["methods"] = ["fedavg"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tracking_server(tmp_path):
+    port = free_port()
+    log = open(tmp_path / "mlflow-server.log", "w")
+    proc = subprocess.Popen(
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "server-artifacts")],
+        stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=2).read().strip() == b"OK":
+                break
+        except OSError:
+            pass
+        assert proc.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
+        assert time.monotonic() - t0 < 120, "mlflow server did not answer /health in 120 s"
+        time.sleep(0.5)
+    yield url, tmp_path
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_server):
+    require_fmnist(pytest)
+    url, server_dir = tracking_server
+    d = copy_repo(repo, tmp_path / "repo", narrow_table1)
+    sh("snakemake --cores 2 reports/table1.csv", d, MLFLOW_TRACKING_URI=url)
+    assert not (d / "mlflow.db").exists()  # nothing went to the local store
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(url)
+    exp = client.get_experiment_by_name(f"smoke-{EXP}")
+    runs = client.search_runs([exp.experiment_id])
+    sweep = pd.read_csv(d / f"reports/sweeps/{EXP}.csv")
+    chosen = sweep[sweep.selected].point.iloc[0]
+    expected = {f"fedavg[{pt}]-seed0" for pt in sweep.point} | {f"fedavg[{chosen}]-seed1"}
+    assert sorted(r.info.run_name for r in runs) == sorted(expected)
+    for r in runs:  # every run arrived whole: status, per-round series, tags, artifacts through the server
+        assert r.info.status == "FINISHED" and r.data.tags["selected"] == str(chosen in r.info.run_name).lower()
+        point, seed = r.data.tags["point"], r.data.tags["seed"]
+        hist = pd.read_csv(d / f"results/runs/smoke/{EXP}/fedavg/{point}/seed{seed}/history.csv")
+        series = client.get_metric_history(r.info.run_id, "test/acc")
+        assert sorted((m.step, m.value) for m in series) == sorted(zip(hist["round"], hist["test/acc"]))
+        assert {"history.csv", "metrics.json", "run.json"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
+    assert any((server_dir / "server-artifacts").rglob("history.csv"))  # stored by the server, not the client
+    assert "Nothing to be done" in sh("snakemake --cores 2 reports/table1.csv", d, MLFLOW_TRACKING_URI=url)
