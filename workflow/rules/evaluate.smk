@@ -2,10 +2,14 @@
 # selection: every grid point runs on the first seed, `selection` in params.yaml picks one.
 
 
+# Inputs are the train job's committed outputs, wrapped in ancient(): a retrained run still re-evaluates
+# (a job that reruns upstream always propagates), but a fresh clone or `dvc pull`, which gives files
+# arbitrary timestamps (git writes run.json after metrics.json), never makes a committed metrics.json
+# look stale; re-evaluating it there would fail, as predictions.npz is not committed.
 rule evaluate:
     input:
-        history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
-        run=f"{RUN}/run.json",
+        history=ancient(f"{RUN}/history.csv"),  # the train job's outputs; it also writes <run>/predictions.npz
+        run=ancient(f"{RUN}/run.json"),
         code=fixed(code("eval")),
     output:
         f"{RUN}/metrics.json",
@@ -17,12 +21,12 @@ rule evaluate:
 
 
 checkpoint select:
-    input:
+    input:  # ancient: as for evaluate, the metrics jobs' reruns propagate, clone timestamps do not
         metrics=lambda wc: [
-            f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json"
+            ancient(f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json")
             for pt in swept_points(config, wc.experiment, wc.method)
         ],
-        source=lambda wc: [f"{RUNS}/{s}/{wc.method}/selected.json"
+        source=lambda wc: [ancient(f"{RUNS}/{s}/{wc.method}/selected.json")
                            for s in [experiment(wc.experiment).get("selection_from")] if s],
         code=fixed(code("reports/selection.py", "reports/tables.py")),
     output:
