@@ -138,3 +138,18 @@ def test_checkpoint_of_other_config_is_ignored(tmp_path, synthetic_run_data, cfg
 def test_partial_participation_samples_clients(tmp_path, synthetic_run_data, cfg_factory):
     hist = run_federated(cfg_factory(participation=0.5), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     assert [r["clients"] for r in hist[1:]] == [2, 2, 2, 2]
+
+
+def test_diverging_run_stops_and_is_recorded(tmp_path, synthetic_run_data, cfg_factory):
+    cfg = cfg_factory(hparams={"optimizer": "sgd", "lr": 1e8, "batch_size": 32, "local_epochs": 1})
+    logs = []
+    hist = run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=logs.append)
+    info = json.loads((tmp_path / "run.json").read_text())
+    r = info["diverged"]["round"]
+    assert 1 <= r <= 4 and info["diverged"]["reason"].startswith("non-finite")
+    assert [row["round"] for row in hist] == list(range(r + 1)) and any("DIVERGED" in m for m in logs)
+    df = pd.read_csv(tmp_path / "history.csv")
+    assert df["test/acc"].iloc[:r].notna().all() and np.isnan(df["test/acc"].iloc[r])
+    pred = np.load(tmp_path / "predictions.npz")
+    assert all(s < r for s in pred["rounds"])  # only predictions of rounds before the divergence
+    assert not (tmp_path / CHECKPOINT).exists()
