@@ -4,9 +4,11 @@ from fedbayes.methods.admm import FedADMM, FedDyn
 from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.bayesadmm import BayesADMM
 from fedbayes.methods.fedavg import FedAvg
+from fedbayes.methods.fedcurv import FedCurv
 from fedbayes.methods.fedivon import FedIVON
 from fedbayes.methods.fedlap import FedLap, FedLapCov
 from fedbayes.methods.fedlap_func import FedLapFunc
+from fedbayes.methods.fola import FOLA
 from fedbayes.methods.prox import FedProx
 
 METHODS: dict[str, type[Method]] = {
@@ -19,6 +21,8 @@ METHODS: dict[str, type[Method]] = {
     "fedlap_func": FedLapFunc,
     "bayesadmm": BayesADMM,
     "fedivon": FedIVON,
+    "fola": FOLA,
+    "fedcurv": FedCurv,
 }
 
 
