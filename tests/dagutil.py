@@ -54,7 +54,7 @@ def env(**extra: str) -> dict:
             "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db", "FEDBAYES_OFFLINE": "1", **extra}
 
 
-def sh(cmd: str, cwd: Path, timeout: float = 2400, check: bool = True, **extra_env: str) -> str:
+def sh(cmd: str, cwd: Path, timeout: float = 3600, check: bool = True, **extra_env: str) -> str:
     r = subprocess.run(cmd, cwd=cwd, shell=True, capture_output=True, text=True, timeout=timeout, env=env(**extra_env))
     if check:
         assert r.returncode == 0, f"{cmd} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}"
