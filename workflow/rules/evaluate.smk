@@ -2,13 +2,14 @@
 # selection: every grid point runs on the first seed, `selection` in params.yaml picks one.
 
 
-# Inputs are the train job's committed outputs, wrapped in ancient(): a retrained run still re-evaluates
-# (a job that reruns upstream always propagates), but a fresh clone or `dvc pull`, which gives files
-# arbitrary timestamps (git writes run.json after metrics.json), never makes a committed metrics.json
-# look stale; re-evaluating it there would fail, as predictions.npz is not committed.
+# Inputs are the train job's committed outputs. run.json is ancient(): git checks files out in path
+# order, so in a fresh clone run.json is newer than metrics.json and by mtime every committed run
+# would look stale (re-evaluating fails there: predictions.npz is not committed). history.csv is not
+# ancient: it sorts before metrics.json, so a clone never makes it newer, and a retrained run (a new
+# history.csv) re-evaluates — Snakemake propagates a rerun only through inputs that are not all ancient.
 rule evaluate:
     input:
-        history=ancient(f"{RUN}/history.csv"),  # the train job's outputs; it also writes <run>/predictions.npz
+        history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
         run=ancient(f"{RUN}/run.json"),
         code=fixed(code("eval")),
     output:
@@ -20,14 +21,20 @@ rule evaluate:
         "fedbayes evaluate '{params.out}'"
 
 
+def selection_source(wc):
+    """The selected.json of the experiment this one takes its selection from (selection_from), if any."""
+    return [f"{RUNS}/{s}/{wc.method}/selected.json" for s in [experiment(wc.experiment).get("selection_from")] if s]
+
+
 checkpoint select:
-    input:  # ancient: as for evaluate, the metrics jobs' reruns propagate, clone timestamps do not
+    input:
         metrics=lambda wc: [
-            ancient(f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json")
+            f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json"
             for pt in swept_points(config, wc.experiment, wc.method)
         ],
-        source=lambda wc: [ancient(f"{RUNS}/{s}/{wc.method}/selected.json")
-                           for s in [experiment(wc.experiment).get("selection_from")] if s],
+        # ancient: in a clone the other experiment's file may be checked out later; a changed selection
+        # there still reaches this job through params.source (the point it selected)
+        source=lambda wc: [ancient(f) for f in selection_source(wc)],
         code=fixed(code("reports/selection.py", "reports/tables.py")),
     output:
         f"{RUNS}/{{experiment}}/{{method}}/selected.json",
@@ -35,6 +42,7 @@ checkpoint select:
         code=code_hash(code("reports/selection.py", "reports/tables.py")),
         grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
+        source=lambda wc: [json.loads(Path(f).read_text())["point"] if Path(f).exists() else "" for f in selection_source(wc)],
     shell:
         cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output}"
 
