@@ -154,5 +154,8 @@ def test_variants_and_evaluation_cadence():
     assert evaluated_variants(b, 7, cfg) == []
     assert evaluated_variants(b, 40, cfg) == ["", "mean"]
     assert evaluated_variants(b, 49, cfg) == ["", "mean"]
+    no0 = {**cfg, "hparams": {"mc_round0": False}}  # the initialisation: point prediction only
+    assert evaluated_variants(b, 0, no0) == ["mean"] and evaluated_variants(b, 40, no0) == ["", "mean"]
+    assert evaluated_variants(b, 100, {**no0, "hparams": {"mc_round0": False, "mc_every": 1000}}) == ["", "mean"]
     f = build_method("fedavg", Linear(), {}, np.array([1]))
     assert evaluated_variants(f, 3, {"rounds": 9, "save_rounds": [9]}) == [""]

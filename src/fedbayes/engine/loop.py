@@ -89,13 +89,17 @@ def variant_key(name: str, variant: str) -> str:
 def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
     """Variants evaluated after round ``rnd``: every ``eval_every`` rounds (experiment), sampled variants
     every ``mc_every`` rounds (method hyperparameter, else experiment), and all of them at round 0, the
-    last round and the saved (table) rounds."""
+    last round and the saved (table) rounds. ``mc_round0: false`` (method hyperparameter) leaves the
+    sampled variants out at round 0, where the posterior is the initialisation (a 500-sample predictive
+    of it costs as much CPU time as the whole training)."""
     last, saved = cfg["rounds"], set(cfg["save_rounds"])
+    hp = cfg.get("hparams", {})
     every = int(cfg.get("eval_every", 1))
-    mc_every = int(cfg.get("hparams", {}).get("mc_every", cfg.get("mc_every", every)))
-    always = rnd == 0 or rnd == last or rnd in saved
+    mc_every = int(hp.get("mc_every", cfg.get("mc_every", every)))
+    always = rnd == last or rnd in saved
     return [v for v, kind in method.variants.items()
-            if always or rnd % (mc_every if kind == "samples" else every) == 0]
+            if always or (rnd == 0 and (kind != "samples" or hp.get("mc_round0", True)))
+            or (rnd > 0 and rnd % (mc_every if kind == "samples" else every) == 0)]
 
 
 def _divergence(losses: list[float], server: dict) -> str | None:
