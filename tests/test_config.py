@@ -368,3 +368,24 @@ def test_fuzz_malformed_params_get_a_clear_error_naming_the_key(pristine):
         assert named, f"{dotted} = {value!r}: the error does not name it:\n{msg}"
 
     check()
+
+
+def test_catalog_matches_the_implementations():
+    """Validation reads fedbayes.catalog (no torch import); it must name what the code implements."""
+    from fedbayes.catalog import METHOD_VARIANTS, MODEL_NAMES
+    from fedbayes.methods import METHODS
+    from fedbayes.models import MODELS
+
+    assert {m: cls.variants for m, cls in METHODS.items()} == METHOD_VARIANTS
+    assert set(MODELS) == set(MODEL_NAMES)
+
+
+def test_validation_does_not_import_torch(repo):
+    """Every job that only reads params (select, track, tables) would pay torch's import for nothing."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fedbayes.config import load_params; load_params('params.yaml'); "
+            "import fedbayes.reports.tables; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

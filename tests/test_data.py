@@ -202,6 +202,31 @@ def test_regzipped_and_uncompressed_mirrors_accepted(tmp_path, tiny):
     assert dataset_hash("tiny", root=tmp_path / "raw-plain") == h
 
 
+def test_repackaged_gzip_is_decompressed_once_then_checked_by_its_md5(tmp_path, tiny, monkeypatch):
+    official, arrays, raw = tiny
+    monkeypatch.setenv(sources.GZ_MEMO_ENV, str(tmp_path / "memo.json"))
+    name = "x_train-idx.gz"
+    f = next(f for f in DATASETS["tiny"].files if f.name == name)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(raw[name], compresslevel=1, mtime=999))  # not the official bytes
+    assert sources.check_file(path, f) is None  # full check: decompressed md5
+    assert json.loads((tmp_path / "memo.json").read_text()) == {md5(path.read_bytes()): f.content_md5}
+
+    def no_decompress(_):
+        raise AssertionError("decompressed although these bytes were verified")
+    monkeypatch.setattr(sources, "md5_gz_content", no_decompress)
+    assert sources.check_file(path, f) is None  # the same bytes: no decompression
+    monkeypatch.undo()
+    monkeypatch.setenv(sources.GZ_MEMO_ENV, str(tmp_path / "memo.json"))
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    assert "checksum mismatch" in sources.check_file(path, f)  # a changed byte gets the full check
+    (tmp_path / "memo.json").write_text("not json")  # an unreadable memo only costs time
+    path.write_bytes(gzip.compress(raw[name], compresslevel=1, mtime=999))
+    assert sources.check_file(path, f) is None
+
+
 def test_env_mirrors(tmp_path, tiny, monkeypatch):
     official, _, _ = tiny
     import os

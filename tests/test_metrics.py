@@ -142,6 +142,14 @@ def test_auroc_ties_brute_force():
     assert M.auroc([0.0], [1.0]) == 1.0 and M.auroc([1.0], [0.0]) == 0.0
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_average_ranks_equal_scipy_rankdata(seed):
+    from scipy.stats import rankdata
+    rng = np.random.default_rng(seed)
+    for x in (rng.integers(0, 1 + seed * 7, 500).astype(float), rng.normal(size=300), np.zeros(7), np.array([2.0])):
+        assert np.array_equal(M.average_ranks(x), rankdata(x))
+
+
 def test_entropy():
     assert M.entropy(np.log(np.full((3, 4), 0.25))) == pytest.approx(np.full(3, np.log(4)))
     assert M.entropy(np.array([[0.0, -np.inf, -np.inf]])) == pytest.approx([0.0])  # 0 log 0 = 0

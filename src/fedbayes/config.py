@@ -62,9 +62,9 @@ def validate(params: dict, schema: dict) -> None:
 
 def check_semantics(params: dict) -> None:
     """Checks the schema cannot express: names that must exist, sizes that must fit."""
+    from fedbayes.catalog import METHOD_VARIANTS as METHODS
+    from fedbayes.catalog import MODEL_NAMES as MODELS
     from fedbayes.data import DATASETS
-    from fedbayes.methods import METHODS
-    from fedbayes.models import MODELS
 
     problems = []
     if params.get("scale", "paper") not in SCALES:
@@ -107,7 +107,7 @@ def check_semantics(params: dict) -> None:
                 problems.append(f"seeds must be non-negative, got {s}")
     from fedbayes.reports.published import load_paper
 
-    from fedbayes.methods import split_variant
+    from fedbayes.catalog import split_variant
 
     for t, spec in params.get("tables", {}).items():
         for name in spec["experiments"]:
@@ -122,9 +122,9 @@ def check_semantics(params: dict) -> None:
             base, variant = split_variant(name)
             if base not in METHODS:
                 problems.append(f"tables.{t}: unknown method {base!r}; implemented: {sorted(METHODS)}")
-            elif variant not in METHODS[base].variants:
+            elif variant not in METHODS[base]:
                 problems.append(f"tables.{t}: {base} has no prediction variant {variant!r} "
-                                f"(it has {sorted(v for v in METHODS[base].variants if v)})")
+                                f"(it has {sorted(v for v in METHODS[base] if v)})")
         for ref in spec.get("published", []):
             paper, table = ref.split(":")
             try:

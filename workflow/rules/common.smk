@@ -5,7 +5,7 @@ from pathlib import Path
 
 from fedbayes.config import (experiment_config, partition_config, paths, run_config, seeds,
                              selection, swept_points, sweep_points)
-from fedbayes.methods import split_variant
+from fedbayes.catalog import split_variant
 
 SCALE = config["scale"]
 PATHS = paths(config)

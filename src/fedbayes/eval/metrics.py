@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.special import log_softmax, logsumexp
-from scipy.stats import rankdata
 
 METRIC_NAMES = ("acc", "nll", "ece", "mce", "brier")  # in-distribution metrics
 OOD_METRIC_NAMES = ("auroc_entropy", "auroc_maxprob")
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank (scipy.stats.rankdata's default, whose import
+    alone takes 0.6 s of every training and evaluation process)."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2.0)[inverse.reshape(-1)]
 
 
 def _np(x) -> np.ndarray:
@@ -120,7 +126,7 @@ def auroc(scores_neg, scores_pos) -> float:
         raise ValueError("auroc needs at least one negative and one positive score")
     if np.isnan(neg).any() or np.isnan(pos).any():
         raise ValueError("auroc scores contain NaN")
-    ranks = rankdata(np.concatenate([neg, pos]))
+    ranks = average_ranks(np.concatenate([neg, pos]))
     u = ranks[neg.size:].sum() - pos.size * (pos.size + 1) / 2.0
     return float(u / (pos.size * neg.size))
 

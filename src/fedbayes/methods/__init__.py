@@ -1,5 +1,6 @@
 """Federated methods, one module per family. ``METHODS`` maps the params.yaml name to the class."""
 
+from fedbayes.catalog import split_variant
 from fedbayes.methods.admm import FedADMM, FedDyn
 from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.bayesadmm import BayesADMM
@@ -24,12 +25,6 @@ METHODS: dict[str, type[Method]] = {
     "fola": FOLA,
     "fedcurv": FedCurv,
 }
-
-
-def split_variant(name: str) -> tuple[str, str]:
-    """``bayesadmm@mean`` → (``bayesadmm``, ``mean``); a plain name has variant ``""``."""
-    base, _, variant = name.partition("@")
-    return base, variant
 
 
 def build_method(name: str, fm, hp: dict, client_sizes) -> Method:

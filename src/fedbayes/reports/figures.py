@@ -11,7 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fedbayes.config import experiment_config, seeds
-from fedbayes.methods import split_variant
+from fedbayes.catalog import split_variant
 
 PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats)", 1.0)]
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from fedbayes.config import experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
-from fedbayes.methods import split_variant
+from fedbayes.catalog import split_variant
 from fedbayes.reports.published import published_value
 
 PERCENT = {"test/acc"}

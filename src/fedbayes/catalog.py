@@ -1,0 +1,31 @@
+"""Names params.yaml may use, without importing torch: methods with their prediction variants, and
+models. Validation (every CLI command and the Snakefile) reads these; importing the implementations
+would cost every non-training job 4 s of torch import. tests/test_config.py checks that this catalogue
+and the implementations (``fedbayes.methods.METHODS``, ``fedbayes.models.MODELS``) agree."""
+
+from __future__ import annotations
+
+# method → {prediction variant: "point" | "samples"}; "" is the method's own prediction
+# (``Method.variants``; a sampled variant may be evaluated less often, see engine.loop.evaluated_variants)
+POINT = {"": "point"}
+METHOD_VARIANTS: dict[str, dict[str, str]] = {
+    "fedavg": POINT,
+    "fedprox": POINT,
+    "fedadmm": POINT,
+    "feddyn": POINT,
+    "fedlap": POINT,
+    "fedlap_cov": POINT,
+    "fedlap_func": POINT,
+    "bayesadmm": {"": "samples", "mean": "point"},
+    "fedivon": {"": "samples", "mean": "point"},
+    "fola": POINT,
+    "fedcurv": POINT,
+}
+
+MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "resnet20_gn")
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """``bayesadmm@mean`` → (``bayesadmm``, ``mean``); a plain name has variant ``""``."""
+    base, _, variant = name.partition("@")
+    return base, variant
