@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -60,19 +59,11 @@ def cmd_data(args) -> None:
         print(f"{name}: {path}")
 
 
-@contextmanager
 def _locked(path: Path):
     """An exclusive lock (``<path>.lock``) while parallel jobs create the same data or partition file."""
-    import fcntl
+    from fedbayes.fileio import exclusive_lock
 
-    lock = Path(str(path) + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return exclusive_lock(path)
 
 
 def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -24,3 +25,20 @@ def save_figure_atomic(fig, path: str | Path, dpi: int = 110) -> Path:
     fig.savefig(tmp, dpi=dpi)
     os.replace(tmp, path)
     return path
+
+
+@contextmanager
+def exclusive_lock(path: str | Path):
+    """Hold an exclusive ``flock`` on ``<path>.lock`` (created if missing): processes that create or
+    write the same file (a dataset, a partition, a SQLite store) take turns. The kernel releases the
+    lock when its holder dies, so a killed job never leaves it held."""
+    import fcntl
+
+    lock = Path(str(path) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import pandas as pd
 
 from fedbayes.config import paths
+from fedbayes.fileio import exclusive_lock
 
 NON_METRICS = {"round"}
 
@@ -85,16 +86,9 @@ def store_lock(uri: str):
     if u.scheme != "sqlite":
         yield
         return
-    import fcntl
-
     db = Path(uri.split(":///", 1)[1] if ":///" in uri else u.path)
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(db):
+        yield
 
 
 def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
