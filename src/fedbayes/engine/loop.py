@@ -157,6 +157,10 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     save_rounds = set(cfg["save_rounds"])
     diverged = None
     n_part = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
+    # `client_stream: replay` (method hyperparameter): every client in every round draws the same random
+    # stream (minibatch order, MC noise), as the BayesADMM authors' code does by reseeding in each client's
+    # train() (BayesADMM spec §3.1.2 item 9); default `independent`: one stream per (seed, round, client).
+    replay = cfg.get("hparams", {}).get("client_stream", "independent") == "replay"
     for rnd in range(start, rounds + 1):
         t0 = time.perf_counter()
         picked = np.arange(len(sizes)) if n_part == len(sizes) else \
@@ -165,9 +169,10 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         messages, losses, up_bytes = {}, [], 0
         for k in picked:
             k = int(k)
-            torch.manual_seed(seeds.torch_seed(seed, seeds.TRAIN, rnd, k))
+            stream = (seed, seeds.TRAIN) if replay else (seed, seeds.TRAIN, rnd, k)
+            torch.manual_seed(seeds.torch_seed(*stream))
             msg, client_states[k], loss = method.client_update(
-                k, down, client_states[k], clients[k], seeds.rng(seed, seeds.TRAIN, rnd, k), rnd)
+                k, down, client_states[k], clients[k], seeds.rng(*stream), rnd)
             messages[k] = msg
             losses.append(loss)
             up_bytes += _nbytes(msg)
