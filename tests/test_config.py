@@ -389,3 +389,15 @@ def test_validation_does_not_import_torch(repo):
             "import fedbayes.reports.tables; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_config_changes_names_the_changed_keys():
+    from fedbayes.config import config_changes
+
+    rec = {"seed": 0, "hparams": {"lr": 0.001, "weight_decay": "1e-05", "rho": 0.1}, "partition_hash": "abc"}
+    assert config_changes(rec, {"seed": 0, "hparams": {"lr": 0.001, "weight_decay": 1e-05, "rho": 0.1}}) == []
+    assert config_changes(rec, {"seed": 0, "hparams": {"lr": 0.002, "weight_decay": 1e-05, "rho": 0.1,
+                                                       "client_stream": "replay"}}) == ["hparams.client_stream", "hparams.lr"]
+    assert config_changes(rec, {"seed": 1, "hparams": {"weight_decay": "x", "rho": 0.1, "lr": 0.001}}) == [
+        "hparams.weight_decay", "seed"]
+    assert config_changes({"model": {"hidden": [200, 100]}}, {"model": {"hidden": (200, 100)}}) == []

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from fedbayes.config import config_hash
 from fedbayes.engine import preprocess, run_federated
 from fedbayes.engine.loop import CHECKPOINT
 from fedbayes.methods import ClientData, build_method
@@ -97,6 +98,7 @@ def test_run_writes_outputs_and_learns(tmp_path, synthetic_run_data, cfg_factory
     np.testing.assert_allclose(np.exp(pred["test_logp"]).sum(-1), 1.0, atol=1e-5)
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["client_sizes"] == [len(p) for p in synthetic_run_data.parts]
+    assert info["config"] == cfg and info["config_hash"] == config_hash(cfg)
     assert not (tmp_path / CHECKPOINT).exists()
 
 

@@ -4,6 +4,7 @@ the MLflow store; then DVC, after a FedAvg hyperparameter edit, reruns only the 
 tables (not the raw data, not the partitions, not the other methods' runs)."""
 
 import itertools
+import re
 import sqlite3
 
 import pandas as pd
@@ -158,3 +159,15 @@ def test_dvc_remote_fresh_clone_pulls_and_adopts_without_recomputing(workdir, tm
     assert runs == sqlite3.connect(workdir / "mlflow.db").execute(
         "select count(*) from runs where lifecycle_stage = 'active'").fetchone()[0]
     assert "Data and pipelines are up to date" in sh("dvc status", clone)
+    # the clone has no record of the params its runs were made with: an edit still reaches them, through
+    # the configuration each run.json records (the train rule's `changed` marker)
+    p = yaml.safe_load((clone / "params.yaml").read_text())
+    p["experiments"]["fmnist10-iid-k10"]["train"]["lr"] *= 2
+    (clone / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    plan = sh("snakemake -n --cores 2 reports/table1.csv", clone)
+    reruns = set(re.findall(r"Updated input files: work/smoke/changed/([\w-]+)/(\w+)/", plan))
+    assert reruns and {e for e, _ in reruns} == {"fmnist10-iid-k10"}, plan[-3000:]
+    assert {m for _, m in reruns} == {m for m in p["experiments"]["fmnist10-iid-k10"]["methods"]
+                                      if "lr" not in p["methods"][m]}  # methods with their own lr keep it
+    marker = next((clone / "work/smoke/changed/fmnist10-iid-k10").rglob("*.txt"))
+    assert "hparams.lr" in marker.read_text()

@@ -278,3 +278,32 @@ def paths(params: dict) -> dict:
         p["work"] = f"{p.get('work', 'work')}/{sub}"
     p.setdefault("work", "work")
     return p
+
+
+RECORDED_ONLY = ("partition_hash",)  # keys training adds to the run configuration (engine-side facts)
+
+
+def config_changes(recorded: dict, current: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose value differs between a run's recorded configuration (``run.json``'s
+    ``config``) and the configuration params.yaml gives it now; [] when the run is current."""
+    if not prefix:
+        recorded = {k: v for k, v in recorded.items() if k not in RECORDED_ONLY}
+        current = json.loads(json.dumps(current))  # the recorded one went through JSON too
+    out = []
+    for k in sorted(set(recorded) | set(current)):
+        a, b = recorded.get(k, "<absent>"), current.get(k, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_changes(a, b, f"{prefix}{k}.")
+        elif a != b and not _same_number(a, b):
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def _same_number(a, b) -> bool:
+    """'1e-05' recorded by older runs (YAML 1.1 reads a point name's 1e-05 as a string) is 1e-05."""
+    if not (isinstance(a, str) ^ isinstance(b, str)) or isinstance(a, bool) or isinstance(b, bool):
+        return False
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False

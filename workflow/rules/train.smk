@@ -12,9 +12,31 @@ def train_code(wc):
                       + method_code(wc.method) + dataset_code(wc.experiment)))
 
 
+def changed_config(wc):
+    """A finished run whose run.json records another configuration than params.yaml gives it now is
+    stale, also where Snakemake has no record of the params it ran with (a fresh clone, a DVC pull):
+    then a marker naming the changed keys is written (new mtime) and made an input, so the run
+    reruns. A run whose recorded configuration matches needs nothing (a clone adopts it)."""
+    from fedbayes.config import config_changes
+
+    rec = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed)) / "run.json"
+    try:
+        recorded = json.loads(rec.read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        return []
+    changed = config_changes(recorded, run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point))
+    if not changed:
+        return []
+    marker = Path(WORK) / "changed" / wc.experiment / wc.method / wc.point / f"seed{wc.seed}.txt"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("params.yaml changed since this run: " + ", ".join(changed) + "\n")
+    return [str(marker)]
+
+
 rule train:
     input:
         code=lambda wc: fixed(train_code(wc)),
+        changed=changed_config,
     output:
         history=f"{RUN}/history.csv",
         run=f"{RUN}/run.json",

@@ -240,9 +240,9 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
 
     rounds = sorted(saved)
     arrays = {"rounds": np.array(rounds, dtype=np.int64), "y_test": data.y_test.cpu().numpy()}
-    for key in saved[rounds[-1]] if rounds else ():  # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
-        variant, _, split = key.rpartition("/")
-        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack([saved[r][key].numpy() for r in rounds])
+    for name in saved[rounds[-1]] if rounds else ():  # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
+        variant, _, split = name.rpartition("/")
+        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack([saved[r][name].numpy() for r in rounds])
     tmp = out / "predictions.tmp.npz"
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, out / "predictions.npz")
