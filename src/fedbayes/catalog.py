@@ -20,6 +20,10 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
     "fedivon": {"": "samples", "mean": "point"},
     "fola": POINT,
     "fedcurv": POINT,
+    "fedavgm": POINT,
+    "fedpa": POINT,
+    "fedep": {"": "point", "mc": "samples"},
+    "fedsep": {"": "point", "mc": "samples"},
 }
 
 MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "resnet20_gn")

@@ -135,6 +135,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     fm = FlatModel(module.to(device))
     method = build_method(cfg["method"], fm, hp, sizes)
     method.rounds = rounds
+    method.clients_per_round = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
     clients = [ClientData(data.x_train[torch.from_numpy(p).to(device)], data.y_train[torch.from_numpy(p).to(device)])
                for p in data.parts]
 

@@ -6,6 +6,7 @@ from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.bayesadmm import BayesADMM
 from fedbayes.methods.fedavg import FedAvg
 from fedbayes.methods.fedcurv import FedCurv
+from fedbayes.methods.fedep import FedAvgM, FedEP, FedPA, FedSEP
 from fedbayes.methods.fedivon import FedIVON
 from fedbayes.methods.fedlap import FedLap, FedLapCov
 from fedbayes.methods.fedlap_func import FedLapFunc
@@ -24,6 +25,10 @@ METHODS: dict[str, type[Method]] = {
     "fedivon": FedIVON,
     "fola": FOLA,
     "fedcurv": FedCurv,
+    "fedavgm": FedAvgM,
+    "fedpa": FedPA,
+    "fedep": FedEP,
+    "fedsep": FedSEP,
 }
 
 

@@ -55,6 +55,7 @@ class Method:
     client_sizes: np.ndarray
     name: str = field(default="", init=False)
     rounds: int = field(default=0, init=False)   # the run's R (set by the engine; schedules over rounds)
+    clients_per_round: int = field(default=0, init=False)   # M, clients sampled a round (set by the engine)
     # prediction variant → "point" or "samples" (sampled variants may be evaluated less often)
     variants = {"": "point"}
 
