@@ -59,24 +59,11 @@ def code_hash(files):
 
 
 def method_code(method):
-    """The modules a method runs: those defining its class and base classes, and the fedbayes.methods
-    modules they import from (e.g. curvature.py for FedLap-Cov); not the registry in __init__.py."""
-    import inspect
-    import sys
+    """The modules a method runs (fedbayes.catalog.METHOD_MODULES, checked against the classes by the
+    tests): read from the catalogue, so parsing the workflow does not import torch."""
+    from fedbayes.catalog import METHOD_MODULES
 
-    from fedbayes.methods import METHODS
-
-    files = set()
-    for cls in inspect.getmro(METHODS[method]):
-        mod = sys.modules[cls.__module__]
-        if not mod.__name__.startswith("fedbayes.methods."):
-            continue
-        files.add(inspect.getsourcefile(mod))
-        for obj in vars(mod).values():
-            used = inspect.getmodule(obj)
-            if used is not None and used.__name__.startswith("fedbayes.methods."):
-                files.add(inspect.getsourcefile(used))
-    return sorted(files)
+    return code(*(f"methods/{f}" for f in METHOD_MODULES[method]))
 
 
 def dataset_code(experiment_name):
