@@ -157,7 +157,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
 
     save_rounds = set(cfg["save_rounds"])
     diverged = None
-    n_part = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
+    n_part = method.clients_per_round
     # `client_stream: replay` (method hyperparameter): every client in every round draws the same random
     # stream (minibatch order, MC noise), as the BayesADMM authors' code does by reseeding in each client's
     # train() (BayesADMM spec §3.1.2 item 9); default `independent`: one stream per (seed, round, client).
