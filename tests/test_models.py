@@ -51,6 +51,7 @@ def test_multinomial_logistic_regression():
     ("lenet5", (3, 32, 32), 10, 62_006),       # FedIVON spec §6.3 (SVHN, CIFAR-10)
     ("acar_cnn", (3, 32, 32), 10, 797_962),    # BayesADMM spec §4.4 (FedDyn's CIFAR-10 CNN)
     ("resnet20_gn", (3, 32, 32), 100, 275_572),  # BayesADMM spec §4.4 (CIFAR-100)
+    ("mcmahan_cnn", (3, 32, 32), 10, 878_538),   # FOLA spec §5.3 (CIFAR-10)
 ])
 def test_paper_models_have_the_papers_sizes_and_run_flat(name, shape, classes, n_params):
     torch.manual_seed(0)

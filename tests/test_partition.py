@@ -402,3 +402,17 @@ def test_pvi_heterogeneous_is_the_fixed_credit_split():
     again = make_partition(y, 10, "pvi_heterogeneous", rng(1), split_seed=0)
     assert partition_hash(parts) == partition_hash(again)
     assert partition_hash(parts) != partition_hash(make_partition(y, 10, "pvi_heterogeneous", rng(0), split_seed=1))
+
+
+def test_label_dirichlet_fill_empty_gives_empty_clients_one_class0_point():
+    """FOLA's α = 0.01 over 20 clients: most draws leave clients empty; the authors' code gives each one
+    point of class 0 instead of redrawing (FOLA spec D7)."""
+    from fedbayes.partition import make_partition
+    labels = np.repeat(np.arange(10), 300)
+    parts = make_partition(labels, 20, "label_dirichlet", np.random.default_rng(0), alpha=0.01, fill_empty=True)
+    sizes = np.array([len(p) for p in parts])
+    assert len(parts) == 20 and sizes.min() >= 1 and (sizes == 1).any()
+    counts = np.bincount(np.concatenate(parts), minlength=3000)
+    assert counts.min() == 1                               # every point is on a client
+    (dup,) = np.flatnonzero(counts > 1)                    # one point of class 0, copied to the empty ones
+    assert labels[dup] == 0 and counts[dup] == 1 + sum(1 for p in parts if list(p) == [dup])

@@ -24,6 +24,9 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
     "fedpa": POINT,
     "fedep": {"": "point", "mc": "samples"},
     "fedsep": {"": "point", "mc": "samples"},
+    "scaffold": POINT,
+    "fednova": POINT,
+    "fedbe": POINT,
 }
 
 # method → the fedbayes/methods/ modules its training runs: those defining its class and base classes,
@@ -45,9 +48,12 @@ METHOD_MODULES: dict[str, tuple[str, ...]] = {
     "fedpa": ("base.py", "fedep.py", "ivon.py"),
     "fedep": ("base.py", "fedep.py", "ivon.py"),
     "fedsep": ("base.py", "fedep.py", "ivon.py"),
+    "scaffold": ("base.py", "scaffold.py"),
+    "fednova": ("base.py", "fednova.py"),
+    "fedbe": ("base.py", "fedavg.py", "fedbe.py"),
 }
 
-MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "resnet20_gn")
+MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn", "resnet20_gn")
 
 
 def split_variant(name: str) -> tuple[str, str]:

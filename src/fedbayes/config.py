@@ -252,7 +252,7 @@ def run_config(params: dict, experiment: str, method: str, seed: int, point: str
         "hparams": method_hparams(params, experiment, method, point),
         "save_rounds": save_rounds(e),
         # evaluation cadence, only where an experiment sets it (keeps older runs' configurations unchanged)
-        **{k: e[k] for k in ("eval_every", "mc_every", "test_subsample") if k in e},
+        **{k: e[k] for k in ("eval_every", "mc_every", "test_subsample", "local_eval") if k in e},
     }
 
 

@@ -55,17 +55,20 @@ def pick_device(name: str = "auto") -> torch.device:
 
 def preprocess(x: np.ndarray, scale: str, stats: tuple[float, float] | None = None) -> torch.Tensor:
     """uint8 images → float32. ``raw``: pixel values 0–255 as floats (the authors' FMNIST code);
-    ``unit``: /255; ``standardize``: (x/255 − mean)/std with ``stats`` from the training data."""
+    ``unit``: /255; ``symmetric``: x/127.5 − 1 (Normalize(0.5, 0.5), the FOLA code's CIFAR-10);
+    ``standardize``: (x/255 − mean)/std with ``stats`` from the training data."""
     t = torch.from_numpy(np.ascontiguousarray(x)).float()
     if scale == "raw":
         return t
     t = t / 255.0
     if scale == "unit":
         return t
+    if scale == "symmetric":
+        return 2.0 * t - 1.0
     if scale == "standardize":
         mean, std = stats
         return (t - mean) / std
-    raise ValueError(f"unknown input_scale {scale!r}; choose raw, unit or standardize")
+    raise ValueError(f"unknown input_scale {scale!r}; choose raw, unit, symmetric or standardize")
 
 
 def _nbytes(tensors: dict[str, torch.Tensor]) -> int:
@@ -102,6 +105,14 @@ def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
             or (rnd > 0 and rnd % (mc_every if kind == "samples" else every) == 0)]
 
 
+@torch.no_grad()
+def local_accuracy(method: Method, w: torch.Tensor, data: RunData, batch: int = 4096) -> float:
+    """Test accuracy of the plug-in network at ``w`` (a client's model)."""
+    hits = sum(int((method.fm(w, data.x_test[i:i + batch]).argmax(-1) == data.y_test[i:i + batch]).sum())
+               for i in range(0, len(data.y_test), batch))
+    return hits / len(data.y_test)
+
+
 def _divergence(losses: list[float], server: dict) -> str | None:
     """Why a round's outcome is unusable (non-finite client loss or server state), or None."""
     if not np.all(np.isfinite(losses)):
@@ -116,6 +127,26 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def hold_out(parts: list[np.ndarray], share: float, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
+    """Take ``floor(share · N_k)`` points, drawn at random, out of every client k: (the clients' remaining
+    indices, the held-out indices). Client by client, so no client is emptied and the label skew of the
+    partition is kept. For methods with unlabeled server data (``server_unlabeled``, FedBE)."""
+    if share <= 0:
+        return parts, np.zeros(0, dtype=np.int64)
+    if not share < 1:
+        raise ValueError(f"server_unlabeled={share} must be a share of the clients' points below 1")
+    kept, held = [], []
+    for p in parts:
+        out = rng.permutation(len(p))[:int(share * len(p))]
+        mask = np.ones(len(p), dtype=bool)
+        mask[out] = False
+        kept.append(p[mask])
+        held.append(p[~mask])
+    on_clients = np.concatenate(kept)
+    held = np.setdiff1d(np.concatenate(held), on_clients)   # a point copied to two clients stays where it is kept
+    return kept, held
+
+
 def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.device,
                   log=print, stop_after: int | None = None) -> list[dict]:
     """Train one run, writing ``history.csv``, ``predictions.npz``, ``posterior.pt``, ``run.json``.
@@ -127,7 +158,8 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     out.mkdir(parents=True, exist_ok=True)
     seed, rounds, hp = cfg["seed"], cfg["rounds"], cfg["hparams"]
     key = config_hash(cfg)
-    sizes = np.array([len(p) for p in data.parts])
+    parts, server_idx = hold_out(data.parts, float(hp.get("server_unlabeled", 0)), seeds.rng(seed, seeds.SERVER))
+    sizes = np.array([len(p) for p in parts])
 
     torch.manual_seed(seeds.torch_seed(seed, seeds.INIT))
     module = build_model(cfg["model"]["name"], tuple(data.x_train.shape[1:]), data.n_classes,
@@ -136,8 +168,11 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     method = build_method(cfg["method"], fm, hp, sizes)
     method.rounds = rounds
     method.clients_per_round = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
+    method.seed = seed
+    if len(server_idx):
+        method.server_x = data.x_train[torch.from_numpy(server_idx).to(device)]
     clients = [ClientData(data.x_train[torch.from_numpy(p).to(device)], data.y_train[torch.from_numpy(p).to(device)])
-               for p in data.parts]
+               for p in parts]
 
     ckpt_path = out / CHECKPOINT
     state = None
@@ -162,12 +197,13 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     # stream (minibatch order, MC noise), as the BayesADMM authors' code does by reseeding in each client's
     # train() (BayesADMM spec §3.1.2 item 9); default `independent`: one stream per (seed, round, client).
     replay = cfg.get("hparams", {}).get("client_stream", "independent") == "replay"
+    local_eval = bool(cfg.get("local_eval", False))
     for rnd in range(start, rounds + 1):
         t0 = time.perf_counter()
         picked = np.arange(len(sizes)) if n_part == len(sizes) else \
             np.sort(seeds.rng(seed, seeds.SAMPLING, rnd).choice(len(sizes), n_part, replace=False))
         down = method.broadcast(server, rnd)
-        messages, losses, up_bytes = {}, [], 0
+        messages, losses, up_bytes, local = {}, [], 0, {}
         for k in picked:
             k = int(k)
             stream = (seed, seeds.TRAIN) if replay else (seed, seeds.TRAIN, rnd, k)
@@ -175,6 +211,8 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
             msg, client_states[k], loss = method.client_update(
                 k, down, client_states[k], clients[k], seeds.rng(*stream), rnd)
             messages[k] = msg
+            if local_eval and (w_local := method.local_weights(msg, down)) is not None:
+                local[k] = w_local
             losses.append(loss)
             up_bytes += _nbytes(msg)
         server = method.server_update(server, messages, rnd)
@@ -182,6 +220,9 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         wall += dt
         comm = {"train/loss": float(np.average(losses, weights=sizes[picked])), "clients": len(picked),
                 "time_s": dt, "wall_s": wall, "bytes_up": up_bytes, "bytes_down": _nbytes(down) * len(picked)}
+        if local:  # FOLA's LA: the clients' models before aggregation, on the global test set
+            comm["local/acc"] = float(np.average([local_accuracy(method, local[k], data) for k in sorted(local)],
+                                                 weights=sizes[sorted(local)]))
         reason = _divergence(losses, server)
         if reason is not None:  # keep the history so far, record the round, stop
             history.append({"round": rnd, **comm})
@@ -198,7 +239,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         if stop_after is not None and rnd >= stop_after:
             return history
 
-    _write_outputs(out, cfg, key, history, saved, server, data, device, diverged)
+    _write_outputs(out, cfg, key, history, saved, server, data, device, sizes, diverged)
     ckpt_path.unlink(missing_ok=True)
     return history
 
@@ -230,7 +271,7 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
     return row, logps
 
 
-def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, diverged=None) -> None:
+def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, sizes, diverged=None) -> None:
     cols = list(dict.fromkeys(c for row in history for c in row))
     tmp = out / "history.csv.tmp"
     with open(tmp, "w", newline="") as f:
@@ -252,7 +293,7 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
     info = {"config": cfg, "config_hash": key, "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
-            "wall_s": history[-1].get("wall_s"), "client_sizes": [len(p) for p in data.parts]}
+            "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes]}
     if diverged is not None:
         info["diverged"] = diverged
     tmp = out / "run.json.tmp"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-PARTITION, INIT, SAMPLING, TRAIN, EVAL = 0, 1, 2, 3, 4
+PARTITION, INIT, SAMPLING, TRAIN, EVAL, SERVER = 0, 1, 2, 3, 4, 5
 
 
 def stream(seed: int, *key: int) -> np.random.SeedSequence:

@@ -5,13 +5,16 @@ from fedbayes.methods.admm import FedADMM, FedDyn
 from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.bayesadmm import BayesADMM
 from fedbayes.methods.fedavg import FedAvg
+from fedbayes.methods.fedbe import FedBE
 from fedbayes.methods.fedcurv import FedCurv
 from fedbayes.methods.fedep import FedAvgM, FedEP, FedPA, FedSEP
 from fedbayes.methods.fedivon import FedIVON
 from fedbayes.methods.fedlap import FedLap, FedLapCov
 from fedbayes.methods.fedlap_func import FedLapFunc
+from fedbayes.methods.fednova import FedNova
 from fedbayes.methods.fola import FOLA
 from fedbayes.methods.prox import FedProx
+from fedbayes.methods.scaffold import Scaffold
 
 METHODS: dict[str, type[Method]] = {
     "fedavg": FedAvg,
@@ -29,6 +32,9 @@ METHODS: dict[str, type[Method]] = {
     "fedpa": FedPA,
     "fedep": FedEP,
     "fedsep": FedSEP,
+    "scaffold": Scaffold,
+    "fednova": FedNova,
+    "fedbe": FedBE,
 }
 
 

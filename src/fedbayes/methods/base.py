@@ -56,6 +56,7 @@ class Method:
     name: str = field(default="", init=False)
     rounds: int = field(default=0, init=False)   # the run's R (set by the engine; schedules over rounds)
     clients_per_round: int = field(default=0, init=False)   # M, clients sampled a round (set by the engine)
+    seed: int = field(default=0, init=False)   # the run's base seed (set by the engine; server-side random streams)
     # prediction variant → "point" or "samples" (sampled variants may be evaluated less often)
     variants = {"": "point"}
 
@@ -94,6 +95,11 @@ class Method:
 
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
         raise NotImplementedError
+
+    def local_weights(self, message: Tensors, down: Tensors) -> torch.Tensor | None:
+        """The client's trained weights θ_n recovered from its message (for ``local_eval``, the FOLA
+        paper's local accuracy); None where a method's client has no single model to evaluate."""
+        return None
 
     def predict_logits(self, server: Tensors, x: torch.Tensor, variant: str = "", seed: int = 0) -> torch.Tensor:
         """Logits of prediction ``variant`` on ``x``; sampling variants draw their networks from

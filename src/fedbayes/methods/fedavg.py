@@ -11,6 +11,9 @@ from fedbayes.methods.base import Method, weighted_mean
 
 
 class FedAvg(Method):
+    def local_weights(self, message, down):
+        return message["w"]
+
     def client_update(self, k, down, state, data, rng, rnd):
         wd = float(self.hp.get("weight_decay", 0.0))
         res = self.local_train(down["w"], data, rng, extra_loss=(lambda w: 0.5 * wd * w.square().sum()) if wd else None)

@@ -94,6 +94,9 @@ class FedCurv(Method):
     def anchor(self) -> str:
         return self.hp.get("anchor", "clients")
 
+    def local_weights(self, message, down):
+        return message["w"]
+
     def init_state(self, w0):
         zeros = torch.zeros_like(w0)
         if self.anchor == "global":

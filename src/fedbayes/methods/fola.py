@@ -142,6 +142,9 @@ class FOLA(Method):
         if hp.get("prior_loss", "paper") not in PRIOR_LOSSES:
             raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {hp.get('prior_loss')!r}")
 
+    def local_weights(self, message, down):
+        return message["w"]
+
     def init_state(self, w0):
         return {"w": w0.clone(), "omega": torch.zeros_like(w0)}, [{} for _ in range(self.n_clients)]
 

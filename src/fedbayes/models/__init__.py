@@ -92,6 +92,17 @@ def acar_cnn(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
                          nn.Linear(384, 192), nn.ReLU(), nn.Linear(192, n_classes))
 
 
+def mcmahan_cnn(in_shape: tuple[int, ...], n_classes: int = 10) -> nn.Module:
+    """The CNN of McMahan et al. (2017) as the FOLA paper uses it for CIFAR-10 (spec 004 §5.3, the
+    authors' BasicCNN): conv5×5(32)-ReLU-pool, conv5×5(64)-ReLU-pool, fc512-ReLU, fc; no padding, no
+    dropout; 878,538 parameters for 3×32×32 inputs."""
+    pre, (c, h, w) = _image(in_shape)
+    size = lambda s: ((s - 4) // 2 - 4) // 2  # noqa: E731
+    return nn.Sequential(*pre, nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * size(h) * size(w), 512), nn.ReLU(),
+                         nn.Linear(512, n_classes))
+
+
 class _Block(nn.Module):
     """ResNet BasicBlock with GroupNorm (2 groups) and the option-A shortcut (stride-2 subsampling,
     zero-padded channels), as in the CIFAR ResNets of He et al. 2016."""
@@ -140,6 +151,7 @@ MODELS = {
     "emnist_cnn": lambda shape, n_classes, **kw: emnist_cnn(tuple(shape), n_classes, **kw),
     "lenet5": lambda shape, n_classes, **kw: lenet5(tuple(shape), n_classes, **kw),
     "acar_cnn": lambda shape, n_classes, **kw: acar_cnn(tuple(shape), n_classes, **kw),
+    "mcmahan_cnn": lambda shape, n_classes, **kw: mcmahan_cnn(tuple(shape), n_classes, **kw),
     "resnet20_gn": lambda shape, n_classes, **kw: resnet20_gn(tuple(shape), n_classes, **kw),
 }
 

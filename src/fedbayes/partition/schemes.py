@@ -216,17 +216,21 @@ def label_dirichlet(
     alpha: float = 0.5,
     min_size: int = 1,
     max_tries: int = 1000,
+    fill_empty: bool = False,
 ) -> list[np.ndarray]:
     """NIID-Bench style label skew: class ``c`` is split among clients by ``q_c ~ Dir(alpha * 1_K)``.
 
-    Same ``min_size`` redraw rule as :func:`dirichlet`.
+    Same ``min_size`` redraw rule as :func:`dirichlet`. ``fill_empty`` instead keeps the first draw and
+    gives every empty client one point of class 0 (a copy: that point then belongs to two clients), as
+    the FOLA authors' ``dirichlet_data.py`` does; at α = 0.01 most draws leave some of 20 clients empty
+    (FOLA spec D7).
     """
     _check_rng(rng)
     lab = _as_labels(labels)
     n = lab.size
     k = _check_n_clients(n_clients, n)
     a = _check_alpha("alpha", alpha)
-    m = _check_min_size(min_size, k, n)
+    m = 0 if fill_empty else _check_min_size(min_size, k, n)
     tries = int(max_tries)
     if tries < 1:
         raise ValueError(f"max_tries must be >= 1, got {max_tries!r}")
@@ -241,6 +245,9 @@ def label_dirichlet(
             for j, chunk in enumerate(_split_by_proportions(idx, q)):
                 parts[j].append(chunk)
         out = _finalize(parts)
+        if fill_empty:
+            first = np.sort(by_class[0])[:1]
+            return [part if part.size else first.copy() for part in out]
         smallest = min(part.size for part in out)
         if smallest >= m:
             return out

@@ -20,8 +20,9 @@ from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
 from fedbayes.reports.published import published_value
 
-PERCENT = {"test/acc"}
+PERCENT = {"test/acc", "local/acc"}
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
+HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
 
 
 def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
@@ -72,6 +73,14 @@ def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/a
     return float(rounds[hit[0]]) if len(hit) else float("nan")
 
 
+def best_over_rounds(history: pd.DataFrame, metric: str, rnd: int, variant: str = "") -> float:
+    """The best (largest) value of ``metric`` over rounds 1..``rnd`` of a run's history (FOLA's "best GA",
+    spec 004 D12); needs the metric evaluated every round (``eval_every`` 1)."""
+    h = history[(history["round"] >= 1) & (history["round"] <= rnd)]
+    vals = h[f"{variant}/{metric}" if variant else metric].to_numpy(dtype=float)
+    return float(np.nanmax(vals)) * (100.0 if metric in PERCENT else 1.0) if np.isfinite(vals).any() else float("nan")
+
+
 def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
     """(column, value) keys of one experiment's cells: ("round", R) or ("target", acc)."""
     e = experiment_config(p, exp)
@@ -99,7 +108,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
             if st == "ok":
                 point = selected_point(p, exp, base)
                 dirs = [run_dir(p, exp, base, point, s) for s in seeds(p, exp, base)]
-                if spec["statistic"] == "rounds_to_target":
+                if spec["statistic"] in HISTORY_STATISTICS:
                     hists = [pd.read_csv(d / "history.csv") for d in dirs]
                     infos = [{**(json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else {}),
                               "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
@@ -118,6 +127,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         vals = np.array([])
                     elif key == "target":
                         vals = np.array([rounds_to_target(h, at, metric, variant) for h in hists])
+                    elif spec["statistic"] == "best":
+                        vals = np.array([best_over_rounds(h, metric, at, variant) for h in hists])
                     else:
                         vals = np.array([cell_value(m, metric, at, spec["statistic"]) for m in runs])
                     pub = None
@@ -162,6 +173,7 @@ STAT_TEXT = {
     "mean_last3": "each run's value at round R is the mean over rounds R−2, R−1, R",
     "max_last3": "each run's value at round R is the maximum over rounds R−2, R−1, R",
     "final": "each run's value is the one at round R",
+    "best": "each run's value is its best over rounds 1..R (the paper's \"best\" accuracy)",
     "rounds_to_target": "each run's value is the first round whose (unsmoothed) test accuracy reaches the "
                         "target; blank when any seed never reaches it (as in the paper)",
 }

@@ -1,0 +1,82 @@
+"""FedBE (Chen & Chao, ICLR 2021): Bayesian model ensemble distilled on the server; a baseline of the
+FOLA paper's Table II (spec 004 §4.6, with the FedBE authors' defaults).
+
+client n: FedAvg's local training from w, sends θ_n.
+server (π_n = N_n / Σ_{m∈S} N_m over the sampled clients S; U = unlabeled server inputs):
+    w̄  = Σ_n π_n θ_n;   σ² = Σ_n π_n (θ_n − w̄)²                       diagonal Gaussian over the client models
+    teachers = {w̄} ∪ {θ_n} ∪ {w̄ + √(var_scale) σ ⊙ ε_s, s = 1..teacher_samples}
+    p̄(x) = mean over teachers of softmax f(x; ·),  x ∈ U                 the ensemble's pseudo-labels
+    w ← distil(w̄): ``server_epochs`` of SGD with momentum (``server_lr``, ``server_momentum``) in minibatches of
+         ``server_batch_size`` on  KL( softmax(log p̄ / T) ‖ softmax(f(x; w) / T) ),  T = ``temperature``
+Prediction: the plug-in network at w.
+
+U is the share ``server_unlabeled`` of the partition's points, which the engine holds out of the clients
+(drawn uniformly; labels unused): the FedBE authors ran 40k CIFAR-10 images on clients and 10k unlabeled
+on the server (spec 004 §4.6, its recommended choice; share 0.2), so FedBE's clients hold fewer points
+than the other methods' on the same partition. Defaults are the authors' (10 Gaussian samples, var_scale 0.1, T 0.5,
+20 server epochs, batch 128, lr 0.01, momentum 0.9, no SWA). Where the temperature enters is not stated in
+the FOLA paper; here it scales both teacher and student log-probabilities, the usual distillation form.
+The server's random draws (samples, minibatch order) come from their own stream per (seed, round).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fedbayes.methods.base import weighted_mean
+from fedbayes.methods.fedavg import FedAvg
+
+
+class FedBE(FedAvg):
+    server_x: torch.Tensor | None = None   # set by the engine (``server_unlabeled`` held-out inputs)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not 0 < float(self.hp.get("server_unlabeled", 0)) < 1:
+            raise ValueError("fedbe needs unlabeled server data: set server_unlabeled (a share of the training points, 0–1)")
+
+    def teachers(self, ws: dict[int, torch.Tensor], gen: torch.Generator) -> list[torch.Tensor]:
+        sizes = self.client_sizes.astype(float)
+        mean = weighted_mean(ws, sizes)
+        var = weighted_mean({k: (w - mean).square() for k, w in ws.items()}, sizes)
+        std = (float(self.hp.get("var_scale", 0.1)) * var).sqrt()
+        samples = [mean + std * torch.randn(mean.shape, generator=gen, dtype=mean.dtype).to(mean.device)
+                   for _ in range(int(self.hp.get("teacher_samples", 10)))]
+        return [mean, *(ws[k] for k in sorted(ws)), *samples]
+
+    @torch.no_grad()
+    def pseudo_labels(self, teachers: list[torch.Tensor], x: torch.Tensor, batch: int = 4096) -> torch.Tensor:
+        """p̄(x): the teachers' mean predictive probabilities."""
+        out = torch.zeros(len(x), self.fm(teachers[0], x[:1]).shape[-1], dtype=x.dtype, device=x.device)
+        for start in range(0, len(x), batch):
+            xb = x[start:start + batch]
+            out[start:start + batch] = sum(F.softmax(self.fm(w, xb), -1) for w in teachers) / len(teachers)
+        return out
+
+    def distil(self, w_start: torch.Tensor, x: torch.Tensor, p_bar: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        hp = self.hp
+        temp = float(hp.get("temperature", 0.5))
+        target = F.softmax(p_bar.clamp_min(1e-12).log() / temp, -1)
+        w = w_start.detach().clone().requires_grad_(True)
+        opt = torch.optim.SGD([w], lr=float(hp.get("server_lr", 0.01)), momentum=float(hp.get("server_momentum", 0.9)))
+        bs = int(hp.get("server_batch_size", 128))
+        for _ in range(int(hp.get("server_epochs", 20))):
+            perm = torch.randperm(len(x), generator=gen).to(x.device)
+            for start in range(0, len(x), bs):
+                idx = perm[start:start + bs]
+                logq = F.log_softmax(self.fm(w, x[idx]) / temp, -1)
+                loss = F.kl_div(logq, target[idx], reduction="batchmean")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+        return w.detach()
+
+    def server_update(self, server, messages, rnd):
+        if self.server_x is None:
+            raise RuntimeError("fedbe: the engine gave no unlabeled server data (server_x)")
+        from fedbayes.engine import seeds
+        gen = torch.Generator().manual_seed(seeds.torch_seed(self.seed, seeds.SERVER, rnd))
+        teachers = self.teachers({k: m["w"] for k, m in messages.items()}, gen)
+        p_bar = self.pseudo_labels(teachers, self.server_x)
+        return {**server, "w": self.distil(teachers[0], self.server_x, p_bar, gen)}
