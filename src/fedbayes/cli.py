@@ -206,17 +206,25 @@ def cmd_sweep_report(args) -> None:
 
 
 def cmd_track(args) -> None:
+    """Import runs into MLflow: one (``--point/--seed/--run-dir``) or every ``--run`` of one (experiment,
+    method) in one process, so MLflow's import (seconds) is paid once per method, not once per run."""
     from fedbayes.tracking import log_run
 
     p = _params(args)
-    run_id = log_run(p, args.experiment, args.method, args.point, args.seed, args.run_dir,
-                     partition_figure=args.partition_figure, selected=args.selected)
+    runs = args.run or [(args.point, args.seed, args.run_dir, args.partition_figure)]
+    if any(r[1] is None or r[2] is None for r in runs):
+        raise SystemExit("fedbayes track: give --seed and --run-dir, or --run POINT SEED RUN_DIR FIGURE")
+    ids = []
+    for point, seed, run_dir, figure in runs:
+        run_id = log_run(p, args.experiment, args.method, point, int(seed), run_dir,
+                         partition_figure=figure or None, selected=args.selected)
+        ids.append(f"{run_id} {point} seed{seed}")
+        print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{point}/seed{seed})", flush=True)
     if args.marker:
         from fedbayes.fileio import write_text_atomic
 
         Path(args.marker).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.marker, run_id + "\n")
-    print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{args.point}/seed{args.seed})")
+        write_text_atomic(args.marker, "\n".join(ids) + "\n")
 
 
 def main(argv=None) -> None:
@@ -282,14 +290,16 @@ def main(argv=None) -> None:
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_sweep_report)
 
-    sp = with_params(sub.add_parser("track", help="import one run into MLflow (idempotent)"))
+    sp = with_params(sub.add_parser("track", help="import runs into MLflow (idempotent)"))
     sp.add_argument("--experiment", required=True)
     sp.add_argument("--method", required=True)
     sp.add_argument("--point", default="default")
-    sp.add_argument("--seed", type=int, required=True)
+    sp.add_argument("--seed", type=int)
     sp.add_argument("--selected", help="the (experiment, method) selection JSON; tags the run selected=true/false")
-    sp.add_argument("--run-dir", required=True)
+    sp.add_argument("--run-dir")
     sp.add_argument("--partition-figure")
+    sp.add_argument("--run", nargs=4, action="append", metavar=("POINT", "SEED", "RUN_DIR", "FIGURE"),
+                    help="a run of this (experiment, method) to import (repeatable; FIGURE may be '')")
     sp.add_argument("--marker")
     sp.set_defaults(fn=cmd_track)
 

@@ -93,10 +93,10 @@ def datasets_of(name):
     return [f"{WORK}/data/{d}.json" for d in experiment_datasets(name)]
 
 
-def partition_figure(wc):
+def partition_figure_of(experiment, seed):
     if SCALE == "paper":
-        return f"{REPORTS}/figures/partitions/{wc.experiment}_seed{wc.seed}.png"
-    return f"{PART}/{wc.experiment}/seed{wc.seed}.png"
+        return f"{REPORTS}/figures/partitions/{experiment}_seed{seed}.png"
+    return f"{PART}/{experiment}/seed{seed}.png"
 
 
 RUN = f"{RUNS}/{{experiment}}/{{method}}/{{point}}/seed{{seed}}"  # one training run

@@ -6,18 +6,16 @@
 
 
 def selected_runs(experiment, method):
-    """Input function: the runs of the selected point (all seeds) and the MLflow markers of every run."""
+    """Input function: the runs of the selected point (all seeds) and the (experiment, method)'s MLflow
+    import marker."""
 
     def inputs(wc):
         if not experiment_available(experiment):
             return []
         point = selected_point(experiment, method)
-        sel_seed = selection(config, experiment)["seed"]
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
-        markers = {f"{WORK}/mlflow/{experiment}/{method}/{point}/seed{s}.run" for s in seeds(config, experiment, method)}
-        markers |= {f"{WORK}/mlflow/{experiment}/{method}/{pt}/seed{sel_seed}.run"
-                    for pt in swept_points(config, experiment, method)}
-        return [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs] + sorted(markers)
+        return ([f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
+                + [f"{WORK}/mlflow/{experiment}/{method}.runs"])
 
     return inputs
 

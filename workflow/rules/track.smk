@@ -1,23 +1,34 @@
-# MLflow import, one job per run, serialised on the SQLite store by the `mlflow_db` resource
-# (the default profile sets --resources mlflow_db=1). Markers live under work/, not results/.
-# Every sweep point and every seed of the selected point is logged; tag selected=true|false.
+# MLflow import: one job per (experiment, method), importing every run of it (each sweep point on the
+# selection seed, the selected point on every seed) in one process — MLflow's import costs seconds, so
+# one process per run made the imports the largest part of a small DAG. Jobs are serialised on the
+# SQLite store by the `mlflow_db` resource (the default profile sets --resources mlflow_db=1); the marker
+# lists the MLflow run ids and lives under work/, not results/. Tags: selected=true|false.
+
+
+def method_runs(experiment, method):
+    """(point, seed) of every run of (experiment, method) that is imported; waits for the selection."""
+    point = selected_point(experiment, method)
+    sel_seed = selection(config, experiment)["seed"]
+    runs = {(point, s) for s in seeds(config, experiment, method)}
+    runs |= {(pt, sel_seed) for pt in swept_points(config, experiment, method)}
+    return sorted(runs, key=lambda r: (r[1], r[0]))
 
 
 rule mlflow_log:
     input:
-        metrics=f"{RUN}/metrics.json",
-        history=f"{RUN}/history.csv",
+        runs=lambda wc: [f"{run_dir(wc.experiment, wc.method, pt, s)}/{f}"
+                         for pt, s in method_runs(wc.experiment, wc.method) for f in ("metrics.json", "history.csv")],
         selected=f"{RUNS}/{{experiment}}/{{method}}/selected.json",
-        figure=partition_figure,
+        figures=lambda wc: sorted({partition_figure_of(wc.experiment, s) for _, s in method_runs(wc.experiment, wc.method)}),
     output:
-        f"{WORK}/mlflow/{{experiment}}/{{method}}/{{point}}/seed{{seed}}.run",
+        f"{WORK}/mlflow/{{experiment}}/{{method}}.runs",
     params:
-        out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
+        runs=lambda wc: " ".join(f"--run '{pt}' {s} '{run_dir(wc.experiment, wc.method, pt, s)}' "
+                                 f"'{partition_figure_of(wc.experiment, s)}'" for pt, s in method_runs(wc.experiment, wc.method)),
     resources:
         mlflow_db=1,
     log:
-        f"{WORK}/logs/mlflow/{{experiment}}/{{method}}/{{point}}/seed{{seed}}.log",
+        f"{WORK}/logs/mlflow/{{experiment}}/{{method}}.log",
     shell:
-        cli("track") + " --experiment {wildcards.experiment} --method {wildcards.method}"
-        " --point '{wildcards.point}' --seed {wildcards.seed} --run-dir '{params.out}'"
-        " --selected {input.selected} --partition-figure {input.figure} --marker '{output}' > '{log}' 2>&1"
+        cli("track") + " --experiment {wildcards.experiment} --method {wildcards.method} {params.runs}"
+        " --selected {input.selected} --marker '{output}' > '{log}' 2>&1"
