@@ -98,6 +98,8 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
             raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
                               f"params.yaml says clients: {pc['clients']}")
     else:
+        if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
+            scheme["groups"] = ds.label_groups(pc["dataset"], root=p["paths"]["raw"])
         local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
     parts = [pool[ix] for ix in local]
     meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=p["paths"]["raw"])}
