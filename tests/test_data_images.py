@@ -262,7 +262,8 @@ def test_real_specs_emnist_svhn_cifar100():
     # official md5s as used by torchvision (EMNIST, SVHN: datasets/mnist.py, svhn.py;
     # CIFAR-100: datasets/cifar.py)
     for name, n_classes, n_train, n_test in (("emnist_letters", 26, 124800, 20800),
-                                             ("emnist_digits", 10, 240000, 40000)):
+                                             ("emnist_digits", 10, 240000, 40000),
+                                             ("emnist_byclass", 62, 697932, 116323)):
         e = DATASETS[name]
         assert e.files == (FileSpec("gzip.zip", "58c8d27c78d21e728a6bc7b3cc06412e", None, "all"),)
         assert e.urls == ("https://biometrics.nist.gov/cs_links/EMNIST/",)
@@ -281,7 +282,7 @@ def test_real_specs_emnist_svhn_cifar100():
 
 
 @pytest.mark.parametrize("name", ["mnist", "cifar10", "cifar100", "emnist_letters",
-                                  "emnist_digits", "svhn"])
+                                  "emnist_digits", "emnist_byclass", "svhn"])
 def test_real_spec_unavailable_offline(tmp_path, name):
     spec = DATASETS[name]
     with pytest.raises(DataUnavailableError) as ei:

@@ -95,8 +95,10 @@ def tiny_emnist(tmp_path, monkeypatch):
                "x_test": upright_images(rng, 3), "y_test": np.array([26, 1, 7])}
     digits = {"x_train": upright_images(rng, 5), "y_train": np.array([0, 9, 3, 0, 5]),
               "x_test": upright_images(rng, 2), "y_test": np.array([9, 0])}
+    byclass = {"x_train": upright_images(rng, 4), "y_train": np.array([61, 0, 36, 10]),
+               "x_test": upright_images(rng, 2), "y_test": np.array([35, 61])}
     members = {"gzip/emnist-letters-mapping.txt": b"1 65 97\n"}
-    for split, arr in (("letters", letters), ("digits", digits)):
+    for split, arr in (("letters", letters), ("digits", digits), ("byclass", byclass)):
         members.update(emnist_members(split, {k: stored(v) if k.startswith("x") else v
                                               for k, v in arr.items()}))
     mirror = tmp_path / "mirror"
@@ -104,14 +106,15 @@ def tiny_emnist(tmp_path, monkeypatch):
     (mirror / images.EMNIST_ARCHIVE).write_bytes(emnist_zip(members))
     pin(monkeypatch, "emnist_letters", mirror, 6, 3)
     pin(monkeypatch, "emnist_digits", mirror, 5, 2)
-    return mirror, letters, digits
+    pin(monkeypatch, "emnist_byclass", mirror, 4, 2)
+    return mirror, letters, digits, byclass
 
 
 def test_emnist_fetch_and_load(tmp_path, tiny_emnist):
-    mirror, letters, digits = tiny_emnist
+    mirror, letters, digits, byclass = tiny_emnist
     root = tmp_path / "raw"
     for name, want, n_classes in (("emnist_letters", letters, 26),
-                                  ("emnist_digits", digits, 10)):
+                                  ("emnist_digits", digits, 10), ("emnist_byclass", byclass, 62)):
         d = fetch(name, root=root, mirrors=[str(mirror)], download=False)
         assert d == root / name
         assert leftovers(d) == sorted([MANIFEST, images.EMNIST_ARCHIVE])
@@ -140,10 +143,12 @@ def test_emnist_fetch_and_load(tmp_path, tiny_emnist):
     assert a.y_test.tolist() == [25, 0, 6]
     a = load("emnist_digits", root=root)
     assert a.y_train.tolist() == [0, 9, 3, 0, 5] and a.y_test.tolist() == [9, 0]
+    a = load("emnist_byclass", root=root)  # 62 classes numbered from 0
+    assert a.y_train.tolist() == [61, 0, 36, 10] and a.y_test.tolist() == [35, 61]
 
 
 def test_emnist_corrupt_archive_rejected(tmp_path, tiny_emnist):
-    mirror, _, _ = tiny_emnist
+    mirror, *_ = tiny_emnist
     corrupt(mirror / images.EMNIST_ARCHIVE)
     root = tmp_path / "raw"
     with pytest.raises(DataUnavailableError) as ei:
@@ -192,7 +197,7 @@ def test_emnist_bad_contents_rejected(tmp_path, monkeypatch):
 
 
 def test_emnist_wrong_size_rejected(tmp_path, tiny_emnist, monkeypatch):
-    mirror, _, _ = tiny_emnist
+    mirror, *_ = tiny_emnist
     monkeypatch.setitem(DATASETS, "emnist_digits", dataclasses.replace(
         DATASETS["emnist_digits"], n_train=240000, n_test=40000))
     fetch("emnist_digits", root=tmp_path, mirrors=[str(mirror)], download=False)

@@ -134,6 +134,14 @@ def test_killed_snakemake_leaves_nothing_a_rerun_would_trust(synth, tmp_path):
     assert list(h["round"]) == list(range(13)) and h["test/acc"].notna().all()
     assert json.loads((run / "metrics.json").read_text())["final_round"] == 12
     assert "Nothing to be done" in sh(f"snakemake --cores 1 {target}", synth)
+    # a retraining killed half-way leaves no old metrics.json behind: Snakemake does not look behind an
+    # existing target at its missing inputs, so the stale file would read "Nothing to be done"
+    log2 = tmp_path / "snakemake2.log"
+    proc = start(f"snakemake --cores 1 --forcerun train {target}", synth, log2)
+    kill9_when(proc, log2, "round   4/12")
+    assert not (run / "metrics.json").exists() and not (run / "history.csv").exists()
+    sh("snakemake --unlock", synth)
+    assert "rule train:" in sh(f"snakemake -n --cores 1 {target}", synth)
 
 
 def test_diverged_run_is_recorded_and_the_table_still_builds(synth):

@@ -52,6 +52,8 @@ def test_multinomial_logistic_regression():
     ("acar_cnn", (3, 32, 32), 10, 797_962),    # BayesADMM spec §4.4 (FedDyn's CIFAR-10 CNN)
     ("resnet20_gn", (3, 32, 32), 100, 275_572),  # BayesADMM spec §4.4 (CIFAR-100)
     ("mcmahan_cnn", (3, 32, 32), 10, 878_538),   # FOLA spec §5.3 (CIFAR-10)
+    ("resnet18_gn", (3, 24, 24), 100, 11_218_212),  # FedEP spec §3.3 (CIFAR-100, 24×24 crops)
+    ("cnn_dropout", (28, 28), 62, 1_206_590),    # FedEP spec §3.3 (EMNIST-62)
 ])
 def test_paper_models_have_the_papers_sizes_and_run_flat(name, shape, classes, n_params):
     torch.manual_seed(0)

@@ -416,3 +416,24 @@ def test_label_dirichlet_fill_empty_gives_empty_clients_one_class0_point():
     assert counts.min() == 1                               # every point is on a client
     (dup,) = np.flatnonzero(counts > 1)                    # one point of class 0, copied to the empty ones
     assert labels[dup] == 0 and counts[dup] == 1 + sum(1 for p in parts if list(p) == [dup])
+
+
+def test_pachinko_takes_every_point_once_with_superclass_skew():
+    """Reddi et al.'s Pachinko split (FedEP spec §3.2): 100 points a client, drawn without
+    replacement; exhausted classes are renormalised away, so k × 100 = N uses every point once; with
+    Dirichlet(0.1) over 20 superclasses a client's points come from few superclasses."""
+    from fedbayes.partition import make_partition
+    groups = np.repeat(np.arange(20), 5)                      # 100 classes, 5 per superclass
+    labels = np.repeat(np.arange(100), 30)                    # 3,000 points
+    parts = make_partition(labels, 30, "pachinko", np.random.default_rng(0), groups=groups)
+    assert [len(p) for p in parts] == [100] * 30
+    assert sorted(np.concatenate(parts)) == list(range(3000))
+    big = np.repeat(np.arange(100), 500)                      # CIFAR-100's sizes: nothing runs out here
+    parts = make_partition(big, 20, "pachinko", np.random.default_rng(1), groups=groups)
+    skewed = np.mean([len(np.unique(groups[big[p]])) for p in parts])
+    flat = make_partition(big, 20, "pachinko", np.random.default_rng(1), groups=groups, alpha=100.0)
+    assert skewed < 10 and np.mean([len(np.unique(groups[big[p]])) for p in flat]) > 18, skewed
+    with pytest.raises(ValueError, match="groups"):
+        make_partition(labels, 30, "pachinko", np.random.default_rng(0))
+    with pytest.raises(ValueError, match="exceed"):
+        make_partition(labels, 31, "pachinko", np.random.default_rng(0), groups=groups)

@@ -202,3 +202,19 @@ def test_method_missing_from_an_experiment_is_not_run(fedlap_params, tmp_path):
     df = build_table(p, "fedlap/table3", tmp_path / "t3.csv")
     row = df[(df.experiment == "fmnist10-iid-k10") & (df.method == "fedlap")].iloc[0]
     assert row.status == "not run (fedlap is not in experiments.fmnist10-iid-k10.methods)"
+
+
+def test_running_average_statistics_match_pandas_rolling():
+    """The FedEP paper's statistics: best 100-round running average by round R, and the first round
+    whose 10-round running average reaches a threshold (here with windows 3 and 2)."""
+    from fedbayes.reports.tables import best_over_rounds, rounds_to_target
+    acc = [0.10, 0.50, 0.20, 0.60, 0.70, 0.30, 0.90]
+    h = pd.DataFrame({"round": range(0, 8), "test/acc": [0.0] + acc})
+    assert best_over_rounds(h, "test/acc", 7) == pytest.approx(90.0)
+    assert best_over_rounds(h, "test/acc", 6) == pytest.approx(70.0)
+    roll3 = pd.Series(acc).rolling(3).mean() * 100                 # NaN, NaN, 26.7, 43.3, 50, 53.3, 63.3
+    assert best_over_rounds(h, "test/acc", 7, running=3) == pytest.approx(roll3.max())
+    assert best_over_rounds(h, "test/acc", 5, running=3) == pytest.approx(roll3[:5].max())
+    assert rounds_to_target(h, 55.0) == 4                         # 0.6 at round 4
+    assert rounds_to_target(h, 55.0, running=2) == 5              # 2-round means: .3 .35 .4 .65 → round 5
+    assert np.isnan(rounds_to_target(h, 95.0))

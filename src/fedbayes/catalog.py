@@ -27,6 +27,7 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
     "scaffold": POINT,
     "fednova": POINT,
     "fedbe": POINT,
+    **{f"{m}_{v}": {"": "point", "mc": "samples"} for m in ("fedep", "fedsep") for v in "imlv"},
 }
 
 # method → the fedbayes/methods/ modules its training runs: those defining its class and base classes,
@@ -51,9 +52,11 @@ METHOD_MODULES: dict[str, tuple[str, ...]] = {
     "scaffold": ("base.py", "scaffold.py"),
     "fednova": ("base.py", "fednova.py"),
     "fedbe": ("base.py", "fedavg.py", "fedbe.py"),
+    **{f"{m}_{v}": ("base.py", "fedep.py", "ivon.py") for m in ("fedep", "fedsep") for v in "imlv"},
 }
 
-MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn", "resnet20_gn")
+MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn", "resnet20_gn",
+                               "resnet18_gn", "cnn_dropout")
 
 
 def split_variant(name: str) -> tuple[str, str]:

@@ -98,6 +98,8 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
             raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
                               f"params.yaml says clients: {pc['clients']}")
     else:
+        if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
+            scheme["groups"] = ds.label_groups(pc["dataset"], root=p["paths"]["raw"])
         local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
     parts = [pool[ix] for ix in local]
     meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=p["paths"]["raw"])}
@@ -139,6 +141,10 @@ def cmd_train(args) -> None:
 
     p = _params(args)
     cfg = run_config(p, args.experiment, args.method, args.seed, args.point)
+    # a (re)training run invalidates the run's metrics first: Snakemake deletes history.csv and run.json
+    # before the job, and if the job is then killed an old metrics.json would still look up to date to
+    # a later `snakemake <run>/metrics.json` (it does not look behind an existing target's missing inputs)
+    (Path(args.out) / "metrics.json").unlink(missing_ok=True)
     # a run depends only on committed files in the DAG (so a fresh clone reuses finished runs): it
     # fetches its data and writes its partition itself when they are missing
     for d in (cfg["dataset"], cfg.get("ood")):

@@ -31,6 +31,13 @@ def train_groups(name: str, root=DEFAULT_ROOT):
         raise ValueError(f"dataset {name!r} has no natural clients; natural splits exist for {sorted(groups)}")
     return groups[name](root)
 
+def label_groups(name: str, root=DEFAULT_ROOT):
+    """The superclass of every class, (n_classes,) int64, for the ``pachinko`` partition scheme."""
+    groups = {"cifar100": images.cifar100_coarse_of_fine}
+    if name not in groups:
+        raise ValueError(f"dataset {name!r} has no class hierarchy; the pachinko split needs one of {sorted(groups)}")
+    return groups[name](root)
+
 __all__ = [
     "DATASETS",
     "DEFAULT_ROOT",

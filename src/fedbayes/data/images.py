@@ -194,6 +194,25 @@ def load_cifar100(spec: DatasetSpec, d: Path) -> Arrays:
                   n_classes=spec.n_classes)
 
 
+def cifar100_coarse_of_fine(root) -> np.ndarray:
+    """The 20 superclasses (coarse labels) of CIFAR-100's 100 classes, (100,) int64, read from the
+    training pickle's ``fine_labels`` and ``coarse_labels`` (for the Pachinko split)."""
+    from fedbayes.data.registry import _fetched_dir, get_spec
+
+    path = _fetched_dir(get_spec("cifar100"), root) / CIFAR100_ARCHIVE
+    try:
+        with tarfile.open(path, "r:gz") as tf:
+            _, fine = _read_batch(tf, f"{CIFAR100_DIR}/{CIFAR100_TRAIN}", str(path), b"fine_labels")
+            _, coarse = _read_batch(tf, f"{CIFAR100_DIR}/{CIFAR100_TRAIN}", str(path), b"coarse_labels")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise DataIntegrityError(f"{path}: unreadable archive: {exc}") from exc
+    out = np.full(100, -1, dtype=np.int64)
+    out[fine] = coarse
+    if (out < 0).any() or len({(f, c) for f, c in zip(fine.tolist(), coarse.tolist())}) != 100:
+        raise DataIntegrityError(f"{path}: fine labels do not map to one coarse label each")
+    return out
+
+
 register(DatasetSpec(
     name="cifar100",
     description="CIFAR-100 (Krizhevsky 2009), 50k/10k 32x32 RGB (N, 3, 32, 32), "
@@ -311,6 +330,20 @@ register(DatasetSpec(
     n_test=40000,
     urls=EMNIST_URLS,
     fix_hint=_emnist_hint("emnist_digits"),
+))
+
+register(DatasetSpec(
+    name="emnist_byclass",
+    description="EMNIST ByClass (Cohen et al. 2017), 697,932/116,323 28x28 grayscale handwritten "
+                "characters, 62 classes (digits, upper- and lower-case letters): the FedEP paper's "
+                "EMNIST-62 without TFF's writer partition",
+    files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
+    loader=emnist_loader("byclass", label_offset=0),
+    n_classes=62,
+    n_train=697932,
+    n_test=116323,
+    urls=EMNIST_URLS,
+    fix_hint=_emnist_hint("emnist_byclass"),
 ))
 
 # -------------------------------------------------------------------- SVHN

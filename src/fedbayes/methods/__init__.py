@@ -7,7 +7,7 @@ from fedbayes.methods.bayesadmm import BayesADMM
 from fedbayes.methods.fedavg import FedAvg
 from fedbayes.methods.fedbe import FedBE
 from fedbayes.methods.fedcurv import FedCurv
-from fedbayes.methods.fedep import FedAvgM, FedEP, FedPA, FedSEP
+from fedbayes.methods.fedep import FedAvgM, FedEP, FedPA, FedSEP, with_variant
 from fedbayes.methods.fedivon import FedIVON
 from fedbayes.methods.fedlap import FedLap, FedLapCov
 from fedbayes.methods.fedlap_func import FedLapFunc
@@ -35,6 +35,8 @@ METHODS: dict[str, type[Method]] = {
     "scaffold": Scaffold,
     "fednova": FedNova,
     "fedbe": FedBE,
+    **{f"{name}_{v.lower()}": with_variant(cls, v) for name, cls in (("fedep", FedEP), ("fedsep", FedSEP))
+       for v in "IMLV"},
 }
 
 

@@ -143,6 +143,52 @@ def resnet20_gn(in_shape: tuple[int, ...], n_classes: int = 100) -> nn.Module:
     return net
 
 
+class _PreActBlock(nn.Module):
+    """Pre-activation (v2) basic block: GN → ReLU → conv3×3(stride) → GN → ReLU → conv3×3, plus the
+    shortcut (a 1×1 projection of the pre-activated input where the shape changes)."""
+
+    def __init__(self, cin: int, cout: int, stride: int, norm):
+        super().__init__()
+        self.gn1, self.conv1 = norm(cin), nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.gn2, self.conv2 = norm(cout), nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.proj = nn.Conv2d(cin, cout, 1, stride, bias=False) if stride != 1 or cin != cout else None
+
+    def forward(self, x):
+        a = torch.relu(self.gn1(x))
+        short = self.proj(a) if self.proj is not None else x
+        return self.conv2(torch.relu(self.gn2(self.conv1(a)))) + short
+
+
+def resnet18_gn(in_shape: tuple[int, ...], n_classes: int = 100) -> nn.Module:
+    """The FedEP paper's CIFAR-100 ResNet-18 (spec 002 §3.3, TFF/Haiku): pre-activation v2 blocks,
+    GroupNorm with 2 groups and no scale/offset (eps 1e-3), a 7×7/2 stem conv and 3×3/2 max-pool, stages
+    of 64/128/256/512 channels × 2 blocks, final GN → ReLU → average pool → linear head with zero-initialised
+    weights; no conv bias; 11,218,212 parameters for 100 classes."""
+    pre, (c, _, _) = _image(in_shape)
+    norm = lambda ch: nn.GroupNorm(2, ch, eps=1e-3, affine=False)  # noqa: E731
+    layers = [*pre, nn.Conv2d(c, 64, 7, 2, 3, bias=False), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for i in range(2):
+            layers.append(_PreActBlock(cin, cout, stride if i == 0 else 1, norm))
+            cin = cout
+    head = nn.Linear(512, n_classes)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    layers += [norm(512), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), head]
+    return nn.Sequential(*layers)
+
+
+def cnn_dropout(in_shape: tuple[int, ...], n_classes: int = 62) -> nn.Module:
+    """The FedEP paper's EMNIST-62 CNN (TFF ``cnn_dropout`` = FedJAX ConvDropoutModule, spec 002 §3.3):
+    conv3×3(32)-ReLU, conv3×3(64)-ReLU, max-pool 2, dropout 0.25, fc128-ReLU, dropout 0.5, fc;
+    1,206,590 parameters for 28×28 inputs and 62 classes."""
+    pre, (c, h, w) = _image(in_shape)
+    return nn.Sequential(*pre, nn.Conv2d(c, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Dropout(0.25), nn.Flatten(), nn.Linear(64 * ((h - 4) // 2) * ((w - 4) // 2), 128),
+                         nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, n_classes))
+
+
 # name → builder(input shape, number of classes, **params.yaml model options)
 MODELS = {
     "mlp": lambda shape, n_classes, **kw: mlp(math.prod(shape), n_classes, **kw),
@@ -153,6 +199,8 @@ MODELS = {
     "acar_cnn": lambda shape, n_classes, **kw: acar_cnn(tuple(shape), n_classes, **kw),
     "mcmahan_cnn": lambda shape, n_classes, **kw: mcmahan_cnn(tuple(shape), n_classes, **kw),
     "resnet20_gn": lambda shape, n_classes, **kw: resnet20_gn(tuple(shape), n_classes, **kw),
+    "resnet18_gn": lambda shape, n_classes, **kw: resnet18_gn(tuple(shape), n_classes, **kw),
+    "cnn_dropout": lambda shape, n_classes, **kw: cnn_dropout(tuple(shape), n_classes, **kw),
 }
 
 

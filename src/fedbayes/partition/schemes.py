@@ -293,6 +293,61 @@ def shards(
     )
 
 
+def pachinko(
+    labels: Any,
+    n_clients: int,
+    rng: np.random.Generator,
+    groups: Any = None,
+    alpha: float = 0.1,
+    alpha2: float = 10.0,
+    per_client: int = 100,
+) -> list[np.ndarray]:
+    """The Pachinko Allocation split of Reddi et al. (TFF's CIFAR-100; FedEP spec §3.2, §6).
+
+    ``groups[c]`` is the superclass of class ``c`` (CIFAR-100's 20 coarse labels). Every client draws
+    a multinomial over the superclasses from a symmetric Dirichlet(``alpha``) and, for each superclass,
+    one over its classes from a symmetric Dirichlet(``alpha2``); then ``per_client`` times: a
+    superclass, a class within it, and a point of that class without replacement. A class that runs
+    out is removed from every client's multinomial (renormalised), a superclass with no class left
+    likewise. Clients are filled one after another.
+    """
+    _check_rng(rng)
+    lab = _as_labels(labels)
+    k = _check_n_clients(n_clients, lab.size)
+    if groups is None:
+        raise ValueError("pachinko needs the class → superclass map (groups); the dataset must provide one")
+    groups = np.asarray(groups, dtype=np.int64)
+    n_classes = int(lab.max()) + 1
+    if groups.shape[0] < n_classes:
+        raise ValueError(f"pachinko: groups maps {groups.shape[0]} classes, the labels have {n_classes}")
+    a1, a2 = _check_alpha("alpha", alpha), _check_alpha("alpha2", alpha2)
+    m = int(per_client)
+    if m < 1 or k * m > lab.size:
+        raise ValueError(f"pachinko: {k} clients × per_client={per_client} points exceed the {lab.size} data points")
+    supers = np.unique(groups[:n_classes])
+    members = [np.flatnonzero(groups[:n_classes] == g) for g in supers]
+    pools = [list(rng.permutation(np.flatnonzero(lab == c))) for c in range(n_classes)]
+    alive = np.array([len(pl) > 0 for pl in pools])
+    parts = []
+    for _ in range(k):
+        p_super = rng.dirichlet(np.full(len(supers), a1))
+        p_class = [rng.dirichlet(np.full(len(mem), a2)) for mem in members]
+        took = []
+        for _ in range(m):
+            w_cls = [pc * alive[mem] for pc, mem in zip(p_class, members)]
+            mass = np.array([w.sum() for w in w_cls])
+            w_sup = p_super * (mass > 0)
+            if w_sup.sum() <= 0:  # this client's superclasses are used up: renormalise over what is left
+                w_sup = (mass > 0).astype(float)
+            g = rng.choice(len(supers), p=w_sup / w_sup.sum())
+            w = w_cls[g] if w_cls[g].sum() > 0 else alive[members[g]].astype(float)
+            c = members[g][rng.choice(len(w), p=w / w.sum())]
+            took.append(pools[c].pop())
+            alive[c] = len(pools[c]) > 0
+        parts.append(np.array(took, dtype=np.int64))
+    return _finalize(parts)
+
+
 def pvi_heterogeneous(labels: Any, n_clients: int, rng: np.random.Generator, client_size_factor: float = 0.3,
                       class_balance_factor: float = 0.9, split_seed: int = 0) -> list[np.ndarray]:
     """PVI's heterogeneous split of a binary dataset (UCI Credit; FedLap spec §4.1): half the clients
@@ -310,6 +365,7 @@ _DISPATCH: dict[str, Callable[..., list[np.ndarray]]] = {
     "label_dirichlet": label_dirichlet,
     "shards": shards,
     "pvi_heterogeneous": pvi_heterogeneous,
+    "pachinko": pachinko,
 }
 
 
