@@ -306,45 +306,29 @@ def _emnist_hint(name: str) -> str:
             "(download=True, with network access)")
 
 
-register(DatasetSpec(
-    name="emnist_letters",
-    description="EMNIST Letters (Cohen et al. 2017), 124.8k/20.8k 28x28 grayscale "
-                "handwritten letters, 26 classes (a/A..z/Z -> 0..25)",
-    files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
-    loader=emnist_loader("letters", label_offset=1),
-    n_classes=26,
-    n_train=124800,
-    n_test=20800,
-    urls=EMNIST_URLS,
-    fix_hint=_emnist_hint("emnist_letters"),
-))
+def _register_emnist(split: str, description: str, n_classes: int, n_train: int, n_test: int,
+                     label_offset: int = 0) -> None:
+    """One EMNIST split as dataset ``emnist_<split>``, read from the shared NIST archive."""
+    register(DatasetSpec(
+        name=f"emnist_{split}",
+        description=description,
+        files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
+        loader=emnist_loader(split, label_offset=label_offset),
+        n_classes=n_classes,
+        n_train=n_train,
+        n_test=n_test,
+        urls=EMNIST_URLS,
+        fix_hint=_emnist_hint(f"emnist_{split}"),
+    ))
 
-register(DatasetSpec(
-    name="emnist_digits",
-    description="EMNIST Digits (Cohen et al. 2017), 240k/40k 28x28 grayscale "
-                "handwritten digits, 10 classes",
-    files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
-    loader=emnist_loader("digits", label_offset=0),
-    n_classes=10,
-    n_train=240000,
-    n_test=40000,
-    urls=EMNIST_URLS,
-    fix_hint=_emnist_hint("emnist_digits"),
-))
 
-register(DatasetSpec(
-    name="emnist_byclass",
-    description="EMNIST ByClass (Cohen et al. 2017), 697,932/116,323 28x28 grayscale handwritten "
-                "characters, 62 classes (digits, upper- and lower-case letters): the FedEP paper's "
-                "EMNIST-62 without TFF's writer partition",
-    files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
-    loader=emnist_loader("byclass", label_offset=0),
-    n_classes=62,
-    n_train=697932,
-    n_test=116323,
-    urls=EMNIST_URLS,
-    fix_hint=_emnist_hint("emnist_byclass"),
-))
+_register_emnist("letters", "EMNIST Letters (Cohen et al. 2017), 124.8k/20.8k 28x28 grayscale "
+                 "handwritten letters, 26 classes (a/A..z/Z -> 0..25)", 26, 124800, 20800, label_offset=1)
+_register_emnist("digits", "EMNIST Digits (Cohen et al. 2017), 240k/40k 28x28 grayscale "
+                 "handwritten digits, 10 classes", 10, 240000, 40000)
+_register_emnist("byclass", "EMNIST ByClass (Cohen et al. 2017), 697,932/116,323 28x28 grayscale handwritten "
+                 "characters, 62 classes (digits, upper- and lower-case letters): the FedEP paper's "
+                 "EMNIST-62 without TFF's writer partition", 62, 697932, 116323)
 
 # -------------------------------------------------------------------- SVHN
 SVHN_URLS = ("http://ufldl.stanford.edu/housenumbers/",)
