@@ -174,3 +174,24 @@ def test_replayed_client_stream_makes_identical_clients_agree(tmp_path, syntheti
     for k in post["one"]:
         torch.testing.assert_close(post["four"][k], post["one"][k], rtol=1e-5, atol=1e-6)
     assert any((post["indep"][k] - post["one"][k]).abs().max() > 1e-4 for k in post["one"])
+
+
+def test_sampled_predictive_only_at_the_last_round_when_mc_window_is_off(tmp_path, synthetic_run_data, cfg_factory):
+    """``mc_window: false``: the sampled predictive at the last round only (NaN in predictions.npz at the
+    window's other rounds, left out of metrics.json), the point prediction at every saved round."""
+    from fedbayes.eval.evaluate import evaluate_run
+
+    hp = {"lr": 0.1, "lr_final": 0.01, "batch_size": 32, "local_epochs": 1, "ess": 400, "h0": 1.0, "delta": 1e-3,
+          "pred_samples": 3, "mc_every": 100, "mc_round0": False, "mc_window": False}
+    cfg = cfg_factory(method="fedivon", hparams=hp)
+    run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    hist = pd.read_csv(tmp_path / "history.csv").set_index("round")
+    assert hist["test/acc"].notna().tolist() == [False, False, False, False, True]
+    assert hist["mean/test/acc"].notna().all()  # eval_every 1
+    pred = np.load(tmp_path / "predictions.npz")
+    assert pred["rounds"].tolist() == [2, 3, 4]
+    assert np.isnan(pred["test_logp"][:2]).all() and np.isfinite(pred["test_logp"][2]).all()
+    assert np.isfinite(pred["test_logp@mean"]).all()
+    m = evaluate_run(tmp_path)
+    assert list(m["rounds"]) == ["4"] and list(m["variants"]["mean"]["rounds"]) == ["2", "3", "4"]
+    assert m["final"]["test/acc"] == hist.loc[4, "test/acc"]

@@ -157,5 +157,10 @@ def test_variants_and_evaluation_cadence():
     no0 = {**cfg, "hparams": {"mc_round0": False}}  # the initialisation: point prediction only
     assert evaluated_variants(b, 0, no0) == ["mean"] and evaluated_variants(b, 40, no0) == ["", "mean"]
     assert evaluated_variants(b, 100, {**no0, "hparams": {"mc_round0": False, "mc_every": 1000}}) == ["", "mean"]
+    # mc_window: false — the sampled predictive at the last round (and every mc_every), not in the
+    # windows before it; the point prediction still at every saved round
+    nowin = {**cfg, "hparams": {"mc_window": False, "mc_every": 1000}}
+    assert [evaluated_variants(b, r, nowin) for r in (48, 49, 50, 100)] == [["mean"]] * 3 + [["", "mean"]]
+    assert evaluated_variants(b, 40, {**cfg, "hparams": {"mc_window": False}}) == ["", "mean"]
     f = build_method("fedavg", Linear(), {}, np.array([1]))
     assert evaluated_variants(f, 3, {"rounds": 9, "save_rounds": [9]}) == [""]

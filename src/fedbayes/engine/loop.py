@@ -92,17 +92,26 @@ def variant_key(name: str, variant: str) -> str:
 def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
     """Variants evaluated after round ``rnd``: every ``eval_every`` rounds (experiment), sampled variants
     every ``mc_every`` rounds (method hyperparameter, else experiment), and all of them at round 0, the
-    last round and the saved (table) rounds. ``mc_round0: false`` (method hyperparameter) leaves the
-    sampled variants out at round 0, where the posterior is the initialisation (a 500-sample predictive
-    of it costs as much CPU time as the whole training)."""
+    last round and the saved (table) rounds. Two method hyperparameters leave sampled variants out where
+    they are costly and unused: ``mc_round0: false`` at round 0, where the posterior is the
+    initialisation (a 500-sample predictive of it costs as much CPU time as the whole training), and
+    ``mc_window: false`` at the saved rounds before the last (the 3-round windows that ``mean_last3``
+    tables average; tables with statistic ``final`` read the last round only)."""
     last, saved = cfg["rounds"], set(cfg["save_rounds"])
     hp = cfg.get("hparams", {})
     every = int(cfg.get("eval_every", 1))
     mc_every = int(hp.get("mc_every", cfg.get("mc_every", every)))
-    always = rnd == last or rnd in saved
-    return [v for v, kind in method.variants.items()
-            if always or (rnd == 0 and (kind != "samples" or hp.get("mc_round0", True)))
-            or (rnd > 0 and rnd % (mc_every if kind == "samples" else every) == 0)]
+
+    def due(kind: str) -> bool:
+        if rnd == last:
+            return True
+        if kind != "samples":
+            return rnd == 0 or rnd in saved or rnd % every == 0
+        if rnd == 0:
+            return bool(hp.get("mc_round0", True))
+        return rnd % mc_every == 0 or (rnd in saved and bool(hp.get("mc_window", True)))
+
+    return [v for v, kind in method.variants.items() if due(kind)]
 
 
 @torch.no_grad()
@@ -282,9 +291,13 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
 
     rounds = sorted(saved)
     arrays = {"rounds": np.array(rounds, dtype=np.int64), "y_test": data.y_test.cpu().numpy()}
-    for name in saved[rounds[-1]] if rounds else ():  # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
+    # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...; a variant not evaluated at a
+    # saved round (``mc_window: false``) is NaN there, which evaluate_run skips
+    for name in saved[rounds[-1]] if rounds else ():
         variant, _, split = name.rpartition("/")
-        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack([saved[r][name].numpy() for r in rounds])
+        like = saved[rounds[-1]][name].numpy()
+        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack(
+            [saved[r][name].numpy() if name in saved[r] else np.full_like(like, np.nan) for r in rounds])
     tmp = out / "predictions.tmp.npz"
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, out / "predictions.npz")
