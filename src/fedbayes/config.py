@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
+
+from fedbayes.fileio import load_yaml
 
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
 SCALES = ("paper", "smoke")
@@ -35,7 +36,7 @@ def deep_merge(base: dict, override: dict | None) -> dict:
 def _schema_for(params_path: Path) -> dict:
     for root in (params_path.resolve().parent, Path.cwd()):
         if (root / SCHEMA_PATH).exists():
-            return yaml.safe_load((root / SCHEMA_PATH).read_text())
+            return load_yaml((root / SCHEMA_PATH).read_text())
     raise ConfigError(f"schema {SCHEMA_PATH} not found next to {params_path}")
 
 
@@ -45,7 +46,7 @@ def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> d
     text = path.read_text()
     # The DAG hands the CLI its effective configuration as JSON, which YAML 1.1 would misread
     # (PyYAML takes JSON's 5e-05 for a string): parse JSON as JSON.
-    params = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    params = json.loads(text) if text.lstrip().startswith("{") else load_yaml(text)
     validate(params, _schema_for(path))
     if scale is not None:
         params["scale"] = scale

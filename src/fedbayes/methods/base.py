@@ -130,7 +130,7 @@ class Method:
             perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
             for start in range(0, n, bs):
                 if lr_at is not None:
-                    opt.param_groups[0]["lr"] = lr_at(steps, n_steps)
+                    opt.lr = lr_at(steps, n_steps)
                 idx = perm[start:start + bs]
                 loss = F.cross_entropy(self.fm(w, data.x[idx]), data.y[idx])
                 total += loss.item()
@@ -145,12 +145,54 @@ class Method:
         return LocalResult(w.detach(), total / max(steps, 1), steps)
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    """Adam uses PyTorch's fused kernel (CPU and CUDA): one pass over the flat vector per step."""
+class FlatAdam:
+    """Adam on one flat parameter vector through PyTorch's fused Adam kernel (``torch._fused_adam_``, the
+    kernel of ``torch.optim.Adam(fused=True)``: the same iterates bit for bit, tests/test_engine.py).
+    ``torch.optim``'s first optimiser of a process imports TorchDynamo, 3–6 s of every training job's
+    start-up; a flat vector needs none of its machinery."""
+
+    def __init__(self, w: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.w, self.lr, self.betas, self.eps = w, lr, betas, eps
+        self.m, self.v = torch.zeros_like(w), torch.zeros_like(w)
+        self.t = torch.zeros((), dtype=torch.float32, device=w.device)  # torch.optim's fused step counter
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.w.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        torch._fused_adam_([self.w], [self.w.grad], [self.m], [self.v], [], [self.t], amsgrad=False,
+                           lr=float(self.lr), beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
+                           eps=self.eps, maximize=False, grad_scale=None, found_inf=None)
+
+
+class FlatSGD:
+    """SGD (optionally with heavy-ball momentum, no dampening) on one flat vector: the updates of
+    ``torch.optim.SGD``'s single-tensor path, bit for bit (tests/test_engine.py), without its start-up."""
+
+    def __init__(self, w: torch.Tensor, lr: float, momentum: float = 0.0):
+        self.w, self.lr, self.momentum, self.buf = w, lr, momentum, None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.w.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        d = self.w.grad
+        if self.momentum:
+            self.buf = d.clone() if self.buf is None else self.buf.mul_(self.momentum).add_(d)
+            d = self.buf
+        self.w.add_(d, alpha=-float(self.lr))
+
+
+def make_optimizer(name: str, params, lr: float) -> FlatAdam | FlatSGD:
+    """The local optimiser on the flat parameter vector ``params[0]``: ``adam`` (fused kernel) or ``sgd``."""
+    (w,) = params
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return FlatAdam(w, lr)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return FlatSGD(w, lr)
     raise ValueError(f"unknown local optimiser {name!r}; choose adam or sgd")
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedbayes.methods.base import weighted_mean
+from fedbayes.methods.base import FlatSGD, weighted_mean
 from fedbayes.methods.fedavg import FedAvg
 
 
@@ -59,7 +59,7 @@ class FedBE(FedAvg):
         temp = float(hp.get("temperature", 0.5))
         target = F.softmax(p_bar.clamp_min(1e-12).log() / temp, -1)
         w = w_start.detach().clone().requires_grad_(True)
-        opt = torch.optim.SGD([w], lr=float(hp.get("server_lr", 0.01)), momentum=float(hp.get("server_momentum", 0.9)))
+        opt = FlatSGD(w, lr=float(hp.get("server_lr", 0.01)), momentum=float(hp.get("server_momentum", 0.9)))
         bs = int(hp.get("server_batch_size", 128))
         for _ in range(int(hp.get("server_epochs", 20))):
             perm = torch.randperm(len(x), generator=gen).to(x.device)

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
 
-from fedbayes.methods.base import Method
+from fedbayes.methods.base import FlatSGD, Method
 from fedbayes.methods.ivon import gaussian_samples_logits
 
 
@@ -102,7 +102,7 @@ class FedAvgM(Method):
         iterate after each epoch, or (``average``) the mean iterate of each epoch, and the mean loss."""
         hp = self.hp
         w = start.detach().clone().requires_grad_(True)
-        opt = torch.optim.SGD([w], lr=float(hp["lr"]), momentum=float(hp.get("momentum", 0.9)))
+        opt = FlatSGD(w, lr=float(hp["lr"]), momentum=float(hp.get("momentum", 0.9)))
         wd, n, bs = float(hp.get("weight_decay", 0.0)), len(data), int(hp["batch_size"])
         out, total, steps = [], 0.0, 0
         for _ in range(epochs):

@@ -5,12 +5,12 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+from fedbayes.fileio import load_yaml
 
 
 @lru_cache
 def load_paper(name: str) -> dict:
-    return yaml.safe_load((resources.files("fedbayes") / "papers" / f"{name}.yaml").read_text())
+    return load_yaml((resources.files("fedbayes") / "papers" / f"{name}.yaml").read_text())
 
 
 def published_value(refs: list[str], experiment: str, method: str, metric: str, rnd: int | None = None,
