@@ -65,6 +65,21 @@ def test_report_round_past_the_end(params, schema):
     bad(params, schema, r"report_rounds \[10, 60\] exceed rounds 50")
 
 
+def test_mc_window_off_needs_final_round_statistics(params, schema):
+    """mc_window: false leaves the sampled predictive out of rounds R-2, R-1: a selection or a table
+    statistic averaging them is refused before any run, naming what to change."""
+    from fedbayes.config import selection
+
+    assert selection(params, "fmnist-shards-k200")["statistic"] == "final"  # the experiment's own
+    assert selection(params, "fmnist10-iid-k10")["statistic"] == params["selection"]["statistic"]
+    p = copy.deepcopy(params)
+    del p["experiments"]["fmnist-shards-k200"]["selection"]
+    bad(p, schema, r"fmnist-shards-k200: methods.fedivon has mc_window: false.*selection.statistic: final")
+    p = copy.deepcopy(params)
+    p["methods"]["fedivon"]["overrides"]["fmnist10-iid-k10"]["mc_window"] = False
+    bad(p, schema, r"tables.table1: statistic mean_last3 needs rounds R-2..R of \['fedivon'\] on fmnist10-iid-k10")
+
+
 def test_unknown_key_is_refused(params, schema):
     params["experiments"]["fmnist10-iid-k10"]["roundz"] = 3
     bad(params, schema, r"roundz")

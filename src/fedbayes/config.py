@@ -103,6 +103,7 @@ def check_semantics(params: dict) -> None:
                     problems.append(f"methods.{m}.overrides.{name}: seeds {ms} must be the first seeds of {seeds(p)}")
             if any(r > e["rounds"] for r in e["report_rounds"]):
                 problems.append(f"{where}: report_rounds {e['report_rounds']} exceed rounds {e['rounds']}")
+            problems += _window_problems(p, name, e)
         for s in seeds(p):
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
@@ -140,15 +141,40 @@ def check_semantics(params: dict) -> None:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def _window_problems(params: dict, name: str, e: dict) -> list[str]:
+    """A method with ``mc_window: false`` has its sampled predictive only at the last reported round:
+    a statistic over the rounds before it (selection, or a table cell of that prediction) has no values."""
+    from fedbayes.catalog import METHOD_VARIANTS, split_variant
+
+    out = []
+    for m in e["methods"]:
+        if m not in METHOD_VARIANTS or all(method_hparams(params, name, m, pt).get("mc_window", True)
+                                           for pt in sweep_points(params, name, m)):
+            continue
+        sampled = {v for v, kind in METHOD_VARIANTS[m].items() if kind == "samples"}
+        sel = selection(params, name)
+        if "" in sampled and sel.get("statistic", "final") != "final":
+            out.append(f"experiments.{name}: methods.{m} has mc_window: false, but the sweep selection averages "
+                       f"rounds ({sel['statistic']}); set experiments.{name}.selection.statistic: final")
+        for t, spec in params.get("tables", {}).items():
+            if name in spec["experiments"] and spec.get("statistic") in ("mean_last3", "max_last3"):
+                bad = [n for n in spec["methods"] if split_variant(n)[0] == m and split_variant(n)[1] in sampled]
+                if bad:
+                    out.append(f"tables.{t}: statistic {spec['statistic']} needs rounds R-2..R of {bad} on {name}, "
+                               f"which methods.{m} (mc_window: false) does not evaluate")
+    return out
+
+
 def selection(params: dict, experiment: str) -> dict:
     """How a sweep point is chosen: the table metric/statistic at the experiment's last reported
-    round, on the first seed (``params.selection``); or, for an experiment with ``selection_from``,
-    the point that experiment selected (its grid does not run again)."""
-    source = experiment_config(params, experiment).get("selection_from")
-    if source:
-        return {"from": source, "seed": seeds(params)[0]}
-    sel = dict(params["selection"])
-    sel["round"] = experiment_config(params, experiment)["report_rounds"][-1]
+    round, on the first seed (``params.selection``, updated by the experiment's own ``selection``); or,
+    for an experiment with ``selection_from``, the point that experiment selected (its grid does not
+    run again)."""
+    e = experiment_config(params, experiment)
+    if e.get("selection_from"):
+        return {"from": e["selection_from"], "seed": seeds(params)[0]}
+    sel = {**params["selection"], **e.get("selection", {})}
+    sel["round"] = e["report_rounds"][-1]
     sel["seed"] = seeds(params)[0]
     return sel
 
