@@ -148,8 +148,13 @@ def _window_problems(params: dict, name: str, e: dict) -> list[str]:
 
     out = []
     for m in e["methods"]:
-        if m not in METHOD_VARIANTS or all(method_hparams(params, name, m, pt).get("mc_window", True)
-                                           for pt in sweep_points(params, name, m)):
+        spec = params.get("methods", {}).get(m) or {}
+        over = (spec.get("overrides") or {}).get(name) or {}
+        grid = over.get("sweep") or spec.get("sweep") or {}
+        smoke = params.get("smoke", {}).get("hparams") or {} if params.get("scale") == "smoke" else {}
+        # read, not resolved (method_hparams deep-copies: this runs at every job's start, for every pair)
+        if m not in METHOD_VARIANTS or False not in (spec.get("mc_window"), over.get("mc_window"),
+                                                     smoke.get("mc_window"), *grid.get("mc_window", [])):
             continue
         sampled = {v for v, kind in METHOD_VARIANTS[m].items() if kind == "samples"}
         sel = selection(params, name)
