@@ -24,12 +24,12 @@ def evaluate_run(run_dir: str | Path) -> dict:
 
     def per_round(suffix: str = "") -> dict:
         out = {}
-        test = pred[f"test_logp{suffix}"]
-        for i, r in enumerate(rounds):
-            if np.isnan(test[i]).all():  # not evaluated at this round (engine: ``mc_window: false``)
+        for i, r in enumerate(rounds):  # (a run that diverged before its first saved round has none)
+            test = pred[f"test_logp{suffix}"][i]
+            if np.isnan(test).all():  # not evaluated at this round (engine: ``mc_window: false``)
                 continue
             ood = pred[f"ood_logp{suffix}"][i] if f"ood_logp{suffix}" in pred else None
-            out[str(r)] = prefixed(classification_metrics(test[i], y, ood))
+            out[str(r)] = prefixed(classification_metrics(test, y, ood))
         return out
 
     main = per_round()
