@@ -151,7 +151,7 @@ def _window_problems(params: dict, name: str, e: dict) -> list[str]:
         spec = params.get("methods", {}).get(m) or {}
         over = (spec.get("overrides") or {}).get(name) or {}
         grid = over.get("sweep") or spec.get("sweep") or {}
-        smoke = params.get("smoke", {}).get("hparams") or {} if params.get("scale") == "smoke" else {}
+        smoke = (params.get("smoke", {}).get("hparams") or {}) if params.get("scale") == "smoke" else {}
         # read, not resolved (method_hparams deep-copies: this runs at every job's start, for every pair)
         if m not in METHOD_VARIANTS or False not in (spec.get("mc_window"), over.get("mc_window"),
                                                      smoke.get("mc_window"), *grid.get("mc_window", [])):
@@ -161,11 +161,11 @@ def _window_problems(params: dict, name: str, e: dict) -> list[str]:
         if "" in sampled and sel.get("statistic", "final") != "final":
             out.append(f"experiments.{name}: methods.{m} has mc_window: false, but the sweep selection averages "
                        f"rounds ({sel['statistic']}); set experiments.{name}.selection.statistic: final")
-        for t, spec in params.get("tables", {}).items():
-            if name in spec["experiments"] and spec.get("statistic") in ("mean_last3", "max_last3"):
-                bad = [n for n in spec["methods"] if split_variant(n)[0] == m and split_variant(n)[1] in sampled]
+        for t, table in params.get("tables", {}).items():
+            if name in table["experiments"] and table.get("statistic") in ("mean_last3", "max_last3"):
+                bad = [n for n in table["methods"] if split_variant(n) in {(m, v) for v in sampled}]
                 if bad:
-                    out.append(f"tables.{t}: statistic {spec['statistic']} needs rounds R-2..R of {bad} on {name}, "
+                    out.append(f"tables.{t}: statistic {table['statistic']} needs rounds R-2..R of {bad} on {name}, "
                                f"which methods.{m} (mc_window: false) does not evaluate")
     return out
 
