@@ -283,7 +283,7 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     four hospitals as clients, and FedLap-Cov trains logistic regression on them."""
     import yaml
 
-    from fedbayes.cli import write_partition
+    from fedbayes.cli import ensure_partition, write_partition
     from fedbayes.config import run_config
     from fedbayes.engine import load_run_data, run_federated
     from fedbayes.partition import load_partition
@@ -295,9 +295,12 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     p = yaml.safe_load((repo / "params.yaml").read_text())
     p["paths"]["raw"] = str(root)
     part = tmp_path / "seed0.npz"
-    write_partition(p, "flamby-heart-k4", 0, str(part))
+    written = write_partition(p, "flamby-heart-k4", 0, str(part))
     parts, meta = load_partition(part)
     assert [len(x) for x in parts] == [199, 172, 30, 85] and meta["partition"] == {"scheme": "natural"}
+    # what a training job keeps in memory is what the file holds (Snakemake may delete the file under it)
+    for got in (written, ensure_partition(p, "flamby-heart-k4", 0, str(part))):
+        assert got[1] == meta and all(np.array_equal(a, b) for a, b in zip(got[0], parts, strict=True))
     p["experiments"]["flamby-heart-k4"]["rounds"] = 3
     p["experiments"]["flamby-heart-k4"]["report_rounds"] = [3]
     point = next(iter(p["methods"]["fedlap_cov"]["overrides"]["flamby-heart-k4"]["sweep"]))  # grid keys
@@ -306,6 +309,9 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     import torch
 
     data, m = load_run_data(p, cfg, str(part), torch.device("cpu"))
+    part.unlink()  # the partition as read once (what `fedbayes train` passes on) gives the same run data
+    data2, m2 = load_run_data(p, cfg, (parts, meta), torch.device("cpu"))
+    assert m2 == m and all(torch.equal(getattr(data, k), getattr(data2, k)) for k in ("x_train", "x_test", "y_test"))
     cfg["partition_hash"] = m["hash"]
     hist = run_federated(cfg, data, tmp_path / "run", torch.device("cpu"))
     assert [h["round"] for h in hist] == [0, 1, 2, 3] and all(np.isfinite(h["test/nll"]) for h in hist)

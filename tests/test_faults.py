@@ -137,7 +137,8 @@ def test_killed_snakemake_leaves_nothing_a_rerun_would_trust(synth, tmp_path):
     # a retraining killed half-way leaves no old metrics.json behind: Snakemake does not look behind an
     # existing target at its missing inputs, so the stale file would read "Nothing to be done"
     log2 = tmp_path / "snakemake2.log"
-    proc = start(f"snakemake --cores 1 --forcerun train {target}", synth, log2)
+    # the target before --forcerun, which takes every word after it as a rule name
+    proc = start(f"snakemake --cores 1 {target} --forcerun train", synth, log2)
     kill9_when(proc, log2, "round   4/12")
     assert not (run / "metrics.json").exists() and not (run / "history.csv").exists()
     sh("snakemake --unlock", synth)

@@ -75,9 +75,11 @@ def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = Tr
         return fetch(name, root=root, download=download and not os.environ.get(OFFLINE_ENV), repair=repair)
 
 
-def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str | None = None) -> dict:
+def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str | None = None
+                    ) -> tuple[list[np.ndarray], dict]:
     """Split the experiment's data into clients for ``seed`` and save it (deterministic: the same
-    configuration and data always give the same file). Returns the stored metadata."""
+    configuration and data always give the same file). Returns ``(parts, meta)`` as
+    :func:`fedbayes.partition.load_partition` would read them back."""
     from fedbayes import data as ds
     from fedbayes.config import ConfigError, partition_config
     from fedbayes.engine import seeds
@@ -110,21 +112,27 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
     sizes = counts.sum(1)
     print(f"{experiment} seed {seed}: {len(parts)} clients, sizes {sizes.min()}–{sizes.max()} "
           f"(total {sizes.sum()}), hash {h[:12]}")
-    return {**meta, "hash": h}
+    return parts, {**meta, "hash": h, "n_clients": len(parts), "class_counts": counts.tolist(),
+                   "sizes": sizes.tolist()}
 
 
-def ensure_partition(p: dict, experiment: str, seed: int, path: str) -> None:
-    """The partition file a run needs: reused when it holds this configuration, else (re)written."""
+def ensure_partition(p: dict, experiment: str, seed: int, path: str) -> tuple[list[np.ndarray], dict]:
+    """The partition a run needs, ``(parts, meta)``: the file reused when it holds this configuration,
+    else (re)written. Returned in memory, because the file may vanish once the lock is released:
+    Snakemake deletes a partition job's output before it runs that job, and the partition rule (for its
+    figure) can start on a file a training job has just written."""
     from fedbayes.config import partition_config
     from fedbayes.partition import load_partition
 
     want = partition_config(p, experiment, seed)
     with _locked(Path(path)):
-        if Path(path).exists():
-            _, meta = load_partition(path)
+        try:
+            parts, meta = load_partition(path)
             if all(meta.get(k) == v for k, v in want.items()):
-                return
-        write_partition(p, experiment, seed, path)
+                return parts, meta
+        except FileNotFoundError:
+            pass
+        return write_partition(p, experiment, seed, path)
 
 
 def cmd_partition(args) -> None:
@@ -150,11 +158,11 @@ def cmd_train(args) -> None:
     for d in (cfg["dataset"], cfg.get("ood")):
         if d:
             fetch_dataset(d, p["paths"]["raw"], repair=False)
-    ensure_partition(p, args.experiment, args.seed, args.partition)
+    partition = ensure_partition(p, args.experiment, args.seed, args.partition)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(p.get("device", "auto"))
-    data, meta = load_run_data(p, cfg, args.partition, device)
+    data, meta = load_run_data(p, cfg, partition, device)
     cfg["partition_hash"] = meta["hash"]
     run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True))
 

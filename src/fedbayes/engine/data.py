@@ -10,11 +10,12 @@ from fedbayes.engine.loop import RunData, preprocess
 from fedbayes.partition import load_partition
 
 
-def load_run_data(p: dict, cfg: dict, partition_path: str, device):
-    """Arrays → preprocessed tensors on ``device`` for one run."""
+def load_run_data(p: dict, cfg: dict, partition: str | tuple[list[np.ndarray], dict], device):
+    """Arrays → preprocessed tensors on ``device`` for one run; ``partition`` is a partition file or
+    the ``(parts, meta)`` already read from one."""
     raw = p["paths"]["raw"]
     arrays = ds.load(cfg["dataset"], root=raw)
-    parts, meta = load_partition(partition_path)
+    parts, meta = partition if isinstance(partition, tuple) else load_partition(partition)
     used = np.concatenate(parts)
     x_used = arrays.x_train[used].astype(np.float32) / 255.0
     stats = (float(x_used.mean()), float(x_used.std()))
