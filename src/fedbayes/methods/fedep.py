@@ -83,6 +83,13 @@ class FedAvgM(Method):
     """FedAvg with SGD-M clients (weight decay) and an SGD-M server: the FedEP paper's FedAvg and
     the burn-in of FedEP, FedSEP and FedPA."""
 
+    def __post_init__(self):
+        # the clients run SGD with momentum (the iterates are FedPA's and FedEP-M's samples): an
+        # experiment's other optimiser would be recorded in run.json but never used
+        if self.hp.get("optimizer", "sgd") != "sgd":
+            raise ValueError(f"{type(self).__name__}: the FedEP family's clients run SGD with momentum; "
+                             f"set optimizer: sgd for it, not {self.hp['optimizer']!r}")
+
     def alpha_cov(self) -> float:
         return float(self.hp.get("cov_scale", 500.0)) * (float(self.hp.get("init_scale", 0.0))
                                                          + float(self.hp.get("weight_decay", 0.0)))
