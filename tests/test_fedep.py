@@ -137,6 +137,14 @@ def test_first_ep_sites_multiply_to_the_global():
     torch.testing.assert_close(sum(s["lam"] for s in sites), server["lam"])
 
 
+@pytest.mark.parametrize("name", ["fedavgm", "fedpa", "fedep_i", "fedsep_m"])
+def test_the_family_refuses_an_optimizer_it_would_not_use(name):
+    fm, data, _ = small_problem()
+    method(name, fm, data, optimizer="sgd")                    # the clients' own optimiser: accepted
+    with pytest.raises(ValueError, match="optimizer: sgd"):
+        method(name, fm, data, optimizer="adam")
+
+
 def test_fedpa_with_one_sample_is_fedavg():
     fm, data, w0 = small_problem()
     pa = method("fedpa", fm, data, local_epochs=2, mixin_epochs=1, shrinkage=0.01)
