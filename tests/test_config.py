@@ -163,6 +163,20 @@ def test_unknown_published_reference(params, schema):
     bad(params, schema, r"paper 'bayesadmm' has no table 'table9'")
 
 
+def test_not_comparable_experiments_must_carry_published_numbers(params, schema):
+    t = params["tables"]["fedep/table3"]
+    t["not_comparable"]["fmnist10-iid-k10"] = "a defined experiment"
+    t["experiments"].append("fmnist10-iid-k10")
+    bad(params, schema, r"'fmnist10-iid-k10' is a defined experiment; remove it from not_comparable")
+    t["experiments"].remove("fmnist10-iid-k10")
+    bad(params, schema, r"not_comparable: 'fmnist10-iid-k10' is not in tables.fedep/table3.experiments")
+    del t["not_comparable"]["fmnist10-iid-k10"]
+    t["published"] = ["fedep:table2"]
+    bad(params, schema, r"not_comparable: 'stackoverflow-tff' has no row in \['fedep:table2'\]")
+    del t["not_comparable"]
+    bad(params, schema, r"tables.fedep/table3: unknown experiment 'stackoverflow-tff'")
+
+
 def test_selection_from_reuses_the_source_grid_and_runs_none(params, schema):
     from fedbayes.config import selection, swept_points
 

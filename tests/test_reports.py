@@ -218,3 +218,28 @@ def test_running_average_statistics_match_pandas_rolling():
     assert rounds_to_target(h, 55.0) == 4                         # 0.6 at round 4
     assert rounds_to_target(h, 55.0, running=2) == 5              # 2-round means: .3 .35 .4 .65 → round 5
     assert np.isnan(rounds_to_target(h, 95.0))
+
+
+def test_not_comparable_table_prints_the_published_numbers_only(repo, tmp_path):
+    """FedEP Table 3 (StackOverflow, no faithful substitute): every cell reads "not comparable" beside
+    the paper's number, the reason is stated, and no learning-curve figure is drawn."""
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p["paths"] = {**p["paths"], "reports": str(tmp_path / "reports"), "work": str(tmp_path / "work")}
+    out = tmp_path / "reports" / "fedep" / "table3.csv"
+    df = build_table(p, "fedep/table3", out)
+    spec = p["tables"]["fedep/table3"]
+    assert len(df) == len(spec["methods"]) * len(spec["metrics"])   # one round (1500) of the paper
+    assert (df["round"] == 1500).all() and df.ours_mean.isna().all() and (df.n_seeds == 0).all()
+    assert df.status.str.startswith("not comparable (no faithful substitute").all()
+    pub = df.set_index(["method", "metric"]).published_mean
+    assert pub[("fedsep_v", "test/micro_f1")] == 39.78 and pub[("fedavgm", "test/precision")] == 75.20
+    assert pub[("fedpa", "test/macro_f1")] == 11.63 and np.isnan(df.set_index(["method", "metric"])
+                                                                .published_std[("fedpa", "test/macro_f1")])
+    # the paper's micro-F1 is close to 2PR/(P+R) in every row (how the spec assigned the columns)
+    for m in spec["methods"]:
+        pr, rc, f1 = (pub[(m, k)] for k in ("test/precision", "test/recall", "test/micro_f1"))
+        assert abs(2 * pr * rc / (pr + rc) - f1) < 1.0
+    md = out.with_suffix(".md").read_text()
+    assert "| stackoverflow-tff | test/micro_f1 | 1500 | not comparable / 30.78 | not comparable / 23.32 ± 0.41 |" in md
+    assert "**Not comparable" in md and "Not run on the machine" not in md
+    assert not (tmp_path / "reports" / "figures" / "fedep_table3_curves.png").exists()

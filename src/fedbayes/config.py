@@ -112,8 +112,17 @@ def check_semantics(params: dict) -> None:
     from fedbayes.catalog import split_variant
 
     for t, spec in params.get("tables", {}).items():
+        apart = spec.get("not_comparable", {})
+        for name in sorted(set(apart) - set(spec["experiments"])):
+            problems.append(f"tables.{t}.not_comparable: {name!r} is not in tables.{t}.experiments")
         for name in spec["experiments"]:
-            if name not in params["experiments"]:
+            if name in apart:  # published numbers only: there must be some to print
+                if name in params["experiments"]:
+                    problems.append(f"tables.{t}.not_comparable: {name!r} is a defined experiment; "
+                                    "remove it from not_comparable to run it")
+                elif not any(name in _published_rows(ref) for ref in spec.get("published", [])):
+                    problems.append(f"tables.{t}.not_comparable: {name!r} has no row in {spec.get('published', [])}")
+            elif name not in params["experiments"]:
                 problems.append(f"tables.{t}: unknown experiment {name!r}")
             else:  # a cell that no run can fill: an OOD metric of an experiment without an OOD set
                 for metric in spec.get("metrics", []):
@@ -139,6 +148,16 @@ def check_semantics(params: dict) -> None:
         problems.append(f"seeds must be unique, got {seed_list}")
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _published_rows(ref: str) -> dict:
+    from fedbayes.reports.published import load_paper
+
+    paper, table = ref.split(":")
+    try:
+        return load_paper(paper)["tables"].get(table, {}).get("rows", {})
+    except FileNotFoundError:
+        return {}
 
 
 def _window_problems(params: dict, name: str, e: dict) -> list[str]:

@@ -27,14 +27,15 @@ def cli(cmd):
 
 def code(*parts):
     """Package sources a rule runs (the installed fedbayes): a change reruns the rule (Snakemake's code
-    trigger sees only the shell command)."""
+    trigger sees only the shell command). Package data counts too: the papers' published numbers
+    (``papers/*.yaml``) are read by the table rules."""
     import fedbayes
 
     root = Path(fedbayes.__file__).parent
     files = []
     for part in parts:
         p = root / part
-        files += sorted(str(f) for f in (p.rglob("*.py") if p.is_dir() else [p]))
+        files += sorted(str(f) for f in (p.rglob("*") if p.is_dir() else [p]) if f.suffix in (".py", ".yaml"))
     return files
 
 

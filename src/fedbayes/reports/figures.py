@@ -21,10 +21,10 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
     in the figure's title instead); dashed lines mark rounds-to-target tables' targets."""
     from fedbayes.reports.published import published_value
     from fedbayes.reports.selection import run_dir, selected_point
-    from fedbayes.reports.tables import experiment_status
+    from fedbayes.reports.tables import comparable_experiments, experiment_status
 
-    exps = [x for x in spec["experiments"] if experiment_status(p, x) == "ok"]
-    skipped = [x for x in spec["experiments"] if x not in exps]
+    exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
+    skipped = [x for x in comparable_experiments(spec) if x not in exps]
     fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * max(len(exps), 1)), layout="constrained")
     FigureCanvasAgg(fig)
     if skipped:

@@ -34,3 +34,15 @@ def published_value(refs: list[str], experiment: str, method: str, metric: str, 
                 std = float("nan")
             return mean, std, f"{paper} {table}"
     return None
+
+
+def published_rounds(refs: list[str], experiment: str) -> list[int]:
+    """The rounds at which the first of ``refs`` that has a row for ``experiment`` reports it (the
+    row's own ``rounds``, else the table's): the cells of an experiment that runs nowhere (a table's
+    ``not_comparable`` experiments) are the published ones."""
+    for ref in refs:
+        paper, table = ref.split(":")
+        t = load_paper(paper)["tables"][table]
+        if experiment in t["rows"]:
+            return list(t["rows"][experiment].get("rounds", t.get("rounds", [])))
+    return []

@@ -18,9 +18,10 @@ import pandas as pd
 from fedbayes.config import experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
-from fedbayes.reports.published import published_value
+from fedbayes.reports.published import published_rounds, published_value
 
-PERCENT = {"test/acc", "local/acc"}
+PERCENT = {"test/acc", "local/acc", "test/precision", "test/recall", "test/micro_f1", "test/macro_f1"}
+DIGITS = {"test/precision": 2, "test/recall": 2, "test/micro_f1": 2, "test/macro_f1": 2}  # as the paper prints
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
 HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
 
@@ -94,11 +95,19 @@ def best_over_rounds(history: pd.DataFrame, metric: str, rnd: int, variant: str 
 
 
 def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
-    """(column, value) keys of one experiment's cells: ("round", R) or ("target", acc)."""
-    e = experiment_config(p, exp)
+    """(column, value) keys of one experiment's cells: ("round", R) or ("target", acc). A
+    ``not_comparable`` experiment (no params experiment) has the published table's rounds."""
     if spec["statistic"] == "rounds_to_target":
         return [("target", float(t)) for t in spec.get("targets", {}).get(exp, [])]
-    return [("round", r) for r in table_rounds(spec, e)]
+    if exp in spec.get("not_comparable", {}):
+        return [("round", r) for r in published_rounds(spec.get("published", []), exp)]
+    return [("round", r) for r in table_rounds(spec, experiment_config(p, exp))]
+
+
+def comparable_experiments(spec: dict) -> list[str]:
+    """The table's experiments that are defined in params (``not_comparable`` ones only carry the
+    published numbers: the paper's data has no faithful substitute here)."""
+    return [x for x in spec["experiments"] if x not in spec.get("not_comparable", {})]
 
 
 def table_rows(p: dict, name: str) -> pd.DataFrame:
@@ -111,8 +120,10 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
     refs = spec.get("published", [])
     rows = []
     for exp in spec["experiments"]:
-        e = experiment_config(p, exp)
-        status = experiment_status(p, exp)
+        if exp in spec.get("not_comparable", {}):
+            e, status = {"methods": []}, f"not comparable ({spec['not_comparable'][exp]})"
+        else:
+            e, status = experiment_config(p, exp), experiment_status(p, exp)
         for method in spec["methods"]:
             base, variant = split_variant(method)  # bayesadmm@mean: the bayesadmm runs' "mean" predictions
             st = status if status != "ok" or base in e["methods"] else \
@@ -197,6 +208,8 @@ def _at(r) -> str:
 
 
 def _digits(metric: str, statistic: str) -> int:
+    if metric in DIGITS and statistic != "rounds_to_target":
+        return DIGITS[metric]
     return 1 if metric in PERCENT or statistic == "rounds_to_target" else 3
 
 
@@ -224,9 +237,13 @@ def _is_diverged(status: str) -> bool:
     return status.startswith("diverged")
 
 
+def _is_not_comparable(status: str) -> bool:
+    return status.startswith("not comparable")
+
+
 def _status_cell(status: str) -> str:
-    """What a cell without a number shows: "not run" or "diverged (seed S at round r)"."""
-    return status if _is_diverged(status) else "not run"
+    """What a cell without a number shows: "not run", "not comparable" or "diverged (seed S at round r)"."""
+    return status if _is_diverged(status) else "not comparable" if _is_not_comparable(status) else "not run"
 
 
 def _not_run_notes(df: pd.DataFrame) -> list[str]:
@@ -236,7 +253,12 @@ def _not_run_notes(df: pd.DataFrame) -> list[str]:
         out += ["", "**Diverged (training loss or server state became NaN/inf; history kept up to that round):**", ""]
         out += [f"- {r.experiment}/{r.method}: {r.status}"
                 for r in diverged.drop_duplicates(["experiment", "method"], keep="first").itertuples()]
-    notes = df[(df.status != "ok") & ~df.status.map(_is_diverged)][["experiment", "method", "status"]].drop_duplicates()
+    apart = df[df.status.map(_is_not_comparable)][["experiment", "status"]].drop_duplicates()
+    if not apart.empty:
+        out += ["", "**Not comparable (published numbers only; no run of ours stands beside them):**", ""]
+        out += [f"- {r.experiment}: {r.status}" for r in apart.itertuples()]
+    notes = df[(df.status != "ok") & ~df.status.map(_is_diverged) & ~df.status.map(_is_not_comparable)]
+    notes = notes[["experiment", "method", "status"]].drop_duplicates()
     if notes.empty:
         return out
     out += ["", "**Not run on the machine that built this table:**", ""]
@@ -321,7 +343,8 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
 
 def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus
-    learning-curve figures under ``reports/figures/``."""
+    learning-curve figures under ``reports/figures/`` (none for a table whose experiments are all
+    ``not_comparable``: nothing of ours to draw)."""
     from fedbayes.reports.figures import learning_curves
 
     out = Path(out)
@@ -329,6 +352,8 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
     write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
     spec = p["tables"][name]
+    if not comparable_experiments(spec):
+        return df
     fig_dir = Path(paths(p)["reports"]) / "figures"
     learning_curves(p, spec, fig_dir / f"{name.replace('/', '_')}_curves.png")
     return df
