@@ -34,6 +34,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
         e = experiment_config(p, exp)
         for target in spec.get("targets", {}).get(exp, []):
             axes[i][0].axhline(target, ls="--", lw=0.8, color="grey")
+        ends = [[] for _ in PANELS]   # each curve's last value: the axis limits keep every curve's end in view
         for method in [m for m in spec["methods"] if split_variant(m)[0] in e["methods"]]:
             base, variant = split_variant(method)
             point = selected_point(p, exp, base)
@@ -45,6 +46,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
                 rounds = hist[0]["round"].to_numpy()[keep]
                 vals = np.stack([h[col].to_numpy()[keep] for h in hist]) * mult
                 mean, std = vals.mean(0), vals.std(0)
+                ends[j].append(mean[-1])
                 color = f"C{spec['methods'].index(method) % 10}"  # one colour per method in every panel
                 line, = ax.plot(rounds, mean, color=color, label=f"{method} {point} (ours, {len(hist)} seeds)")
                 ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
@@ -62,9 +64,9 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
         for j, (col, _, _) in enumerate(PANELS):
             lo = {"test/acc": 50}.get(col)
             if lo is not None:
-                axes[i][j].set_ylim(bottom=lo)
+                axes[i][j].set_ylim(bottom=min([lo, *(10 * np.floor(v / 10) - 5 for v in ends[j] if v < lo + 5)]))
             if col == "test/nll":
-                axes[i][j].set_ylim(0.3, 1.5)
+                axes[i][j].set_ylim(0.3, max([1.5, *(v + 0.2 for v in ends[j])]))
         axes[i][-1].legend(fontsize=7, loc="upper right")  # the NLL panel's upper part is empty
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
