@@ -123,10 +123,13 @@ def test_fedbe_ensemble_pseudo_labels_and_distillation():
     pi = torch.tensor([12, 20, 28.]) / 60
     mean = sum(pi[k] * ws[k] for k in range(3))
     var = sum(pi[k] * (ws[k] - mean).square() for k in range(3))
-    assert len(teachers) == 1 + 3 + 4000
+    assert len(teachers) == 1 + 4000            # the authors' run: mean + samples, no client models
     torch.testing.assert_close(teachers[0], mean)
-    assert all(torch.equal(teachers[1 + k], ws[k]) for k in range(3))
-    samples = torch.stack(teachers[4:])
+    samples = torch.stack(teachers[1:])
+    m.hp["teacher_clients"] = True              # the FedBE paper's ensemble also holds the client models
+    with_clients = m.teachers(ws, torch.Generator().manual_seed(0))
+    assert len(with_clients) == 1 + 4000 + 3 and all(torch.equal(with_clients[-3 + k], ws[k]) for k in range(3))
+    teachers = with_clients[:1] + with_clients[-3:] + with_clients[1:-3]
     torch.testing.assert_close(samples.var(0) / (0.1 * var), torch.ones_like(var), atol=0.15, rtol=0)
     x = torch.randn(7, 5, generator=g)
     brute = torch.stack([F.softmax(fm(w, x), -1) for w in teachers[:6]]).mean(0)
@@ -135,13 +138,19 @@ def test_fedbe_ensemble_pseudo_labels_and_distillation():
     # no distillation epochs: the server keeps the ensemble mean (FedAvg's aggregate)
     out = m.server_update({"w": w0}, {k: {"w": w} for k, w in ws.items()}, 1)
     torch.testing.assert_close(out["w"], mean)
-    # distillation moves the student towards the teachers' (sharpened) predictions
-    m.hp.update(server_epochs=30, server_lr=0.1, temperature=0.5)
+    # distillation moves the student (no temperature) towards the teachers' sharpened mean p̄^(1/T)
+    m.hp.update(server_epochs=30, server_lr=1.0, temperature=0.5, server_weight_decay=0.0)
     p_bar = m.pseudo_labels(teachers[:6], x)
-    target = F.softmax(p_bar.log() / 0.5, -1)
-    kl = lambda w: float(F.kl_div(F.log_softmax(fm(w, x) / 0.5, -1), target, reduction="batchmean"))  # noqa: E731
+    target = p_bar.square() / p_bar.square().sum(-1, keepdim=True)
+    kl = lambda w: float(F.kl_div(F.log_softmax(fm(w, x), -1), target, reduction="batchmean"))  # noqa: E731
     w = m.distil(mean, x, p_bar, torch.Generator().manual_seed(0))
     assert kl(w) < 0.5 * kl(mean)
+    # one step is SGD on KL / C (the authors' mean over batch × classes) with weight decay
+    m.hp.update(server_epochs=1, server_batch_size=7, server_lr=0.3, server_weight_decay=0.01)
+    w1 = m.distil(mean, x, p_bar, torch.Generator().manual_seed(0))
+    v = mean.clone().requires_grad_(True)
+    (F.kl_div(F.log_softmax(fm(v, x), -1), target, reduction="batchmean") / target.shape[-1]).backward()
+    torch.testing.assert_close(w1, mean - 0.3 * (v.grad + 0.01 * mean))
 
 
 def test_hold_out_takes_a_share_of_every_client():
