@@ -107,7 +107,7 @@ def check_semantics(params: dict) -> None:
         for s in seeds(p):
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
-    from fedbayes.reports.published import load_paper
+    from fedbayes.reports.published import load_paper, published_row
 
     from fedbayes.catalog import split_variant
 
@@ -120,7 +120,7 @@ def check_semantics(params: dict) -> None:
                 if name in params["experiments"]:
                     problems.append(f"tables.{t}.not_comparable: {name!r} is a defined experiment; "
                                     "remove it from not_comparable to run it")
-                elif not any(name in _published_rows(ref) for ref in spec.get("published", [])):
+                elif published_row(spec.get("published", []), name) is None:
                     problems.append(f"tables.{t}.not_comparable: {name!r} has no row in {spec.get('published', [])}")
             elif name not in params["experiments"]:
                 problems.append(f"tables.{t}: unknown experiment {name!r}")
@@ -148,16 +148,6 @@ def check_semantics(params: dict) -> None:
         problems.append(f"seeds must be unique, got {seed_list}")
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
-def _published_rows(ref: str) -> dict:
-    from fedbayes.reports.published import load_paper
-
-    paper, table = ref.split(":")
-    try:
-        return load_paper(paper)["tables"].get(table, {}).get("rows", {})
-    except FileNotFoundError:
-        return {}
 
 
 def _window_problems(params: dict, name: str, e: dict) -> list[str]:
@@ -188,6 +178,11 @@ def _window_problems(params: dict, name: str, e: dict) -> list[str]:
                                f"which methods.{m} (mc_window: false) does not evaluate")
     return out
 
+
+def comparable_experiments(spec: dict) -> list[str]:
+    """The table's experiments that are defined in params (``not_comparable`` ones only carry the
+    published numbers: the paper's data has no faithful substitute here)."""
+    return [x for x in spec["experiments"] if x not in spec.get("not_comparable", {})]
 
 def selection(params: dict, experiment: str) -> dict:
     """How a sweep point is chosen: the table metric/statistic at the experiment's last reported

@@ -3,8 +3,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from fedbayes.config import (experiment_config, partition_config, paths, run_config, seeds,
-                             selection, swept_points, sweep_points)
+from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
+                             seeds, selection, swept_points, sweep_points)
 from fedbayes.catalog import split_variant
 
 SCALE = config["scale"]

@@ -34,7 +34,7 @@ def sweep_reports(table, experiments):
 
 for _table, _spec in config["tables"].items():
     # a table's not_comparable experiments (no faithful substitute here) carry published numbers only
-    _exps = [e for e in _spec["experiments"] if e not in _spec.get("not_comparable", {})]
+    _exps = comparable_experiments(_spec)
     # the (experiment, method) pairs with runs: a param, so adding a method to an experiment rebuilds
     # the table (the profile's rerun-triggers leave out "input")
     _pairs = {e: [m for m in dict.fromkeys(split_variant(m)[0] for m in _spec["methods"])

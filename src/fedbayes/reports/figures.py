@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from fedbayes.config import experiment_config, seeds
+from fedbayes.config import comparable_experiments, experiment_config, seeds
 from fedbayes.catalog import split_variant
 
 PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats)", 1.0)]
@@ -21,10 +21,11 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
     in the figure's title instead); dashed lines mark rounds-to-target tables' targets."""
     from fedbayes.reports.published import published_value
     from fedbayes.reports.selection import run_dir, selected_point
-    from fedbayes.reports.tables import comparable_experiments, experiment_status
+    from fedbayes.reports.tables import experiment_status
 
-    exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
-    skipped = [x for x in comparable_experiments(spec) if x not in exps]
+    ours = comparable_experiments(spec)
+    exps = [x for x in ours if experiment_status(p, x) == "ok"]
+    skipped = [x for x in ours if x not in exps]
     fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * max(len(exps), 1)), layout="constrained")
     FigureCanvasAgg(fig)
     if skipped:

@@ -36,13 +36,23 @@ def published_value(refs: list[str], experiment: str, method: str, metric: str, 
     return None
 
 
+def published_row(refs: list[str], experiment: str) -> tuple[dict, dict] | None:
+    """(table, row) of the first of ``refs`` with a row for ``experiment``, or None. A ref naming no
+    stored paper or table is skipped (params validation reports it)."""
+    for ref in refs:
+        paper, table = ref.split(":")
+        try:
+            t = load_paper(paper)["tables"][table]
+        except (FileNotFoundError, KeyError):
+            continue
+        if experiment in t["rows"]:
+            return t, t["rows"][experiment]
+    return None
+
+
 def published_rounds(refs: list[str], experiment: str) -> list[int]:
     """The rounds at which the first of ``refs`` that has a row for ``experiment`` reports it (the
     row's own ``rounds``, else the table's): the cells of an experiment that runs nowhere (a table's
     ``not_comparable`` experiments) are the published ones."""
-    for ref in refs:
-        paper, table = ref.split(":")
-        t = load_paper(paper)["tables"][table]
-        if experiment in t["rows"]:
-            return list(t["rows"][experiment].get("rounds", t.get("rounds", [])))
-    return []
+    found = published_row(refs, experiment)
+    return list(found[1].get("rounds", found[0].get("rounds", []))) if found else []

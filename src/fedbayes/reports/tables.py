@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedbayes.config import experiment_config, paths, seeds
+from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
 from fedbayes.reports.published import published_rounds, published_value
 
-PERCENT = {"test/acc", "local/acc", "test/precision", "test/recall", "test/micro_f1", "test/macro_f1"}
-DIGITS = {"test/precision": 2, "test/recall": 2, "test/micro_f1": 2, "test/macro_f1": 2}  # as the paper prints
+TAG_METRICS = ("test/precision", "test/recall", "test/micro_f1", "test/macro_f1")   # FedEP Table 3 (StackOverflow)
+PERCENT = {"test/acc", "local/acc", *TAG_METRICS}
+DIGITS = dict.fromkeys(TAG_METRICS, 2)   # as the paper prints them
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
 HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
 
@@ -103,11 +104,6 @@ def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
         return [("round", r) for r in published_rounds(spec.get("published", []), exp)]
     return [("round", r) for r in table_rounds(spec, experiment_config(p, exp))]
 
-
-def comparable_experiments(spec: dict) -> list[str]:
-    """The table's experiments that are defined in params (``not_comparable`` ones only carry the
-    published numbers: the paper's data has no faithful substitute here)."""
-    return [x for x in spec["experiments"] if x not in spec.get("not_comparable", {})]
 
 
 def table_rows(p: dict, name: str) -> pd.DataFrame:
