@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import fedbayes  # noqa: F401  (first: its CPU-numerics settings must precede torch's start-up)
 import numpy as np
 import pytest
 import torch

@@ -430,24 +430,3 @@ def test_config_changes_names_the_changed_keys():
     assert config_changes(rec, {"seed": 1, "hparams": {"weight_decay": "x", "rho": 0.1, "lr": 0.001}}) == [
         "hparams.weight_decay", "seed"]
     assert config_changes({"model": {"hidden": [200, 100]}}, {"model": {"hidden": (200, 100)}}) == []
-
-
-def test_catalog_method_modules_match_the_classes():
-    """The modules a training job's code hash covers: the class, its bases, and fedbayes.methods modules
-    they import from (what the workflow used to find by inspection, at the cost of importing torch)."""
-    import inspect
-    import sys
-    from pathlib import Path
-
-    from fedbayes.catalog import METHOD_MODULES
-    from fedbayes.methods import METHODS
-
-    for name, cls in METHODS.items():
-        files = set()
-        for c in inspect.getmro(cls):
-            mod = sys.modules[c.__module__]
-            if mod.__name__.startswith("fedbayes.methods."):
-                files.add(Path(inspect.getsourcefile(mod)).name)
-                files |= {Path(inspect.getsourcefile(inspect.getmodule(o))).name for o in vars(mod).values()
-                          if inspect.getmodule(o) is not None and inspect.getmodule(o).__name__.startswith("fedbayes.methods.")}
-        assert set(METHOD_MODULES[name]) == files, name

@@ -111,13 +111,20 @@ def test_same_seed_same_numbers_other_seed_differs(tmp_path, synthetic_run_data,
     assert pick(a) != pick(c)
 
 
-def test_resume_after_kill_gives_same_history(tmp_path, synthetic_run_data, cfg_factory):
-    full = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
+@pytest.mark.parametrize("client_optimizer", ["fresh", "persistent"])
+def test_resume_after_kill_gives_same_history(tmp_path, synthetic_run_data, cfg_factory, client_optimizer):
+    """A killed run resumes to the uninterrupted run's numbers, also with each client's Adam state
+    carried across rounds (it lives in the checkpoint's client states)."""
+    cfg = cfg_factory(hparams={**cfg_factory()["hparams"], "client_optimizer": client_optimizer})
+    full = run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
     out = tmp_path / "killed"
-    run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
+    run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
     assert (out / CHECKPOINT).exists() and not (out / "history.csv").exists()
+    if client_optimizer == "persistent":
+        ckpt = torch.load(out / CHECKPOINT, weights_only=True)
+        assert all(int(c["opt/t"]) == 2 * -(-len(p) // 32) for c, p in zip(ckpt["clients"], synthetic_run_data.parts))
     logs = []
-    resumed = run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+    resumed = run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=logs.append)
     assert any("resuming from round 2" in m for m in logs)
     assert not any("round   1/" in m for m in logs)  # rounds 1-2 were not recomputed
     a = pd.read_csv(tmp_path / "full" / "history.csv")[["round"] + METRIC_COLS]
@@ -133,8 +140,46 @@ def test_checkpoint_of_other_config_is_ignored(tmp_path, synthetic_run_data, cfg
     logs = []
     run_federated(cfg_factory(hparams={**cfg_factory()["hparams"], "lr": 0.01}), synthetic_run_data, tmp_path,
                   torch.device("cpu"), log=logs.append)
-    assert any("ignoring checkpoint" in m for m in logs)
+    assert any("another configuration" in m and "set aside" in m for m in logs)
     assert pd.read_csv(tmp_path / "history.csv")["round"].tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("damage", ["other code", "truncated", "garbage"])
+def test_checkpoint_not_written_by_this_code_is_set_aside(tmp_path, synthetic_run_data, cfg_factory, monkeypatch, damage):
+    """A checkpoint is resumed only by the code (sources, torch, numpy) that wrote it: one written by
+    other code, or damaged, is set aside with one line saying why and the run restarts from round 0,
+    giving the uninterrupted run's numbers (never a mix of two versions, never a traceback)."""
+    import fedbayes.engine.loop as loop
+
+    full = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
+    out = tmp_path / "run"
+    if damage == "other code":
+        monkeypatch.setattr(loop, "resume_key", lambda: "0123456789abcdef/torch 0.0/numpy 0.0")
+    run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
+    monkeypatch.undo()
+    ckpt = out / CHECKPOINT
+    if damage == "truncated":
+        ckpt.write_bytes(ckpt.read_bytes()[:100])
+    elif damage == "garbage":
+        ckpt.write_bytes(b"not a checkpoint" * 10)
+    logs = []
+    resumed = run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+    said = [m for m in logs if "set aside" in m]
+    assert len(said) == 1 and str(ckpt) in said[0], logs
+    assert ("other code" in said[0]) if damage == "other code" else ("unreadable" in said[0])
+    assert not any("resuming" in m for m in logs) and (out / (CHECKPOINT + ".set-aside")).exists()
+    assert [[r[k] for k in METRIC_COLS if k in r] for r in resumed] == [[r[k] for k in METRIC_COLS if k in r] for r in full]
+
+
+def test_run_json_records_code_identity_and_numerics(tmp_path, synthetic_run_data, cfg_factory):
+    from fedbayes.catalog import numerics
+    from fedbayes.provenance import code_identity
+
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["numerics"] == numerics("fedavg")
+    assert info["code"] == code_identity() and len(info["code"]["source"]) == 16
+    assert info["code"]["torch"] == torch.__version__.split("+")[0] or info["code"]["torch"] == torch.__version__
 
 
 def test_partial_participation_samples_clients(tmp_path, synthetic_run_data, cfg_factory):
@@ -220,3 +265,46 @@ def test_flat_optimisers_match_torch_optim_bit_for_bit(name, momentum):
             opt.step()
         assert torch.equal(ours_w, ref_w), f"step {step}: max |Δ| {(ours_w - ref_w).abs().max():.3g}"
     assert (ours_w - w0).abs().max() > 1e-3  # it moved
+
+
+def test_persistent_client_adam_equals_one_torch_adam_per_client(tmp_path, synthetic_run_data, cfg_factory):
+    """``client_optimizer: persistent``: a 2-client FedAvg run equals a hand-written loop that builds one
+    torch.optim.Adam per client once and, every round, only overwrites its weights with w_g (the FedLap /
+    BayesADMM authors' code); ``fresh`` (a new Adam every round) gives other weights."""
+    from dataclasses import replace
+
+    from fedbayes.engine import seeds
+    from fedbayes.methods.base import weighted_mean
+
+    data = replace(synthetic_run_data, parts=synthetic_run_data.parts[:2])
+    rounds, seed, lr, bs = 3, 3, 0.003, 32
+    post = {}
+    for mode in ("persistent", "fresh"):
+        hp = {"optimizer": "adam", "lr": lr, "batch_size": bs, "local_epochs": 2, "client_optimizer": mode}
+        cfg = cfg_factory(clients=2, rounds=rounds, save_rounds=[rounds], hparams=hp)
+        run_federated(cfg, data, tmp_path / mode, torch.device("cpu"), log=quiet)
+        post[mode] = torch.load(tmp_path / mode / "posterior.pt")["w"]
+
+    torch.manual_seed(seeds.torch_seed(seed, seeds.INIT))
+    fm = FlatModel(build_model("mlp", (28, 28), 10, hidden=[32, 16], activation="relu"))
+    w_g = fm.flat_params().detach().clone()
+    clients = [(data.x_train[torch.from_numpy(p)], data.y_train[torch.from_numpy(p)]) for p in data.parts]
+    weights = [torch.zeros_like(w_g, requires_grad=True) for _ in clients]
+    adams = [torch.optim.Adam([w], lr=lr, fused=True) for w in weights]   # built once per client
+    for rnd in range(1, rounds + 1):
+        new = {}
+        for k, ((x, y), w, adam) in enumerate(zip(clients, weights, adams)):
+            with torch.no_grad():
+                w.copy_(w_g)                                               # only the weights are reset
+            rng = seeds.rng(seed, seeds.TRAIN, rnd, k)
+            for _ in range(2):
+                perm = torch.from_numpy(rng.permutation(len(y)))
+                for start in range(0, len(y), bs):
+                    idx = perm[start:start + bs]
+                    adam.zero_grad(set_to_none=True)
+                    torch.nn.functional.cross_entropy(fm(w, x[idx]), y[idx]).backward()
+                    adam.step()
+            new[k] = w.detach().clone()
+        w_g = weighted_mean(new, np.array([len(p) for p in data.parts], dtype=float))
+    assert torch.equal(post["persistent"], w_g)
+    assert not torch.allclose(post["fresh"], w_g, atol=1e-5)

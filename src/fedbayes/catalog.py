@@ -1,5 +1,5 @@
 """Names params.yaml may use, without importing torch: methods with their prediction variants and
-source modules, and models. Validation (every CLI command and the Snakefile) reads these; importing the implementations
+numerics versions, and models. Validation (every CLI command and the Snakefile) reads these; importing the implementations
 would cost every non-training job 4 s of torch import. tests/test_config.py checks that this catalogue
 and the implementations (``fedbayes.methods.METHODS``, ``fedbayes.models.MODELS``) agree."""
 
@@ -30,30 +30,21 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
     **{f"{m}_{v}": {"": "point", "mc": "samples"} for m in ("fedep", "fedsep") for v in "imlv"},
 }
 
-# method → the fedbayes/methods/ modules its training runs: those defining its class and base classes,
-# and the fedbayes.methods modules they import from (not the registry in __init__.py). The Snakefile's
-# code hash of a training job reads these files; a test checks them against the classes (inspect).
-METHOD_MODULES: dict[str, tuple[str, ...]] = {
-    "fedavg": ("base.py", "fedavg.py"),
-    "fedprox": ("base.py", "fedavg.py", "prox.py"),
-    "fedadmm": ("admm.py", "base.py"),
-    "feddyn": ("admm.py", "base.py"),
-    "fedlap": ("base.py", "curvature.py", "fedlap.py"),
-    "fedlap_cov": ("base.py", "curvature.py", "fedlap.py"),
-    "fedlap_func": ("base.py", "curvature.py", "fedlap.py", "fedlap_func.py"),
-    "bayesadmm": ("base.py", "bayesadmm.py", "ivon.py"),
-    "fedivon": ("base.py", "fedivon.py", "ivon.py"),
-    "fola": ("base.py", "fola.py"),
-    "fedcurv": ("base.py", "curvature.py", "fedcurv.py", "fola.py"),
-    "fedavgm": ("base.py", "fedep.py", "ivon.py"),
-    "fedpa": ("base.py", "fedep.py", "ivon.py"),
-    "fedep": ("base.py", "fedep.py", "ivon.py"),
-    "fedsep": ("base.py", "fedep.py", "ivon.py"),
-    "scaffold": ("base.py", "scaffold.py"),
-    "fednova": ("base.py", "fednova.py"),
-    "fedbe": ("base.py", "fedavg.py", "fedbe.py"),
-    **{f"{m}_{v}": ("base.py", "fedep.py", "ivon.py") for m in ("fedep", "fedsep") for v in "imlv"},
-}
+# Numerics versions: the rerun rule. A finished run is rerun when what it would compute changes — its
+# resolved configuration (params.yaml), or the numerics version of its method or of the shared core
+# (engine, models, data, partitions, local optimisers) — never because a source file was edited. A
+# change that alters any number a run computes bumps the version it touches, in the same commit;
+# tests/test_replay.py replays the first round of one committed run per method and fails, naming the
+# method, when the code no longer gives its history bit for bit. A refactor that keeps the numbers
+# bumps nothing and retrains nothing. A run.json without ``numerics`` was trained at version 1.
+CORE_NUMERICS = 1
+METHOD_NUMERICS: dict[str, int] = {m: 1 for m in METHOD_VARIANTS}
+
+
+def numerics(method: str) -> dict[str, int]:
+    """The numerics versions a run of ``method`` is trained under (recorded in its run.json)."""
+    return {"core": CORE_NUMERICS, "method": METHOD_NUMERICS[method]}
+
 
 MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn", "resnet20_gn",
                                "resnet18_gn", "cnn_dropout")

@@ -180,6 +180,24 @@ def cmd_evaluate(args) -> None:
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
 
 
+def cmd_replay(args) -> None:
+    """Retrain a finished run's first rounds with the code at hand and compare them with its history."""
+    from fedbayes.engine.replay import replay_run
+
+    bad = 0
+    for run_dir in args.run_dirs:
+        if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():
+            raise FileNotFoundError(f"{run_dir}: not a finished run (run.json and history.csv are needed)")
+        diffs = replay_run(run_dir, rounds=args.rounds, raw=args.root)
+        bad += bool(diffs)
+        print(f"{run_dir}: " + ("rounds 0-%d bit-identical" % args.rounds if not diffs else
+                                 f"{len(diffs)} values differ, first: {diffs[0]}"), flush=True)
+    if bad:
+        print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs do not replay; a change that alters numbers "
+              "bumps its numerics version (fedbayes/catalog.py)", file=sys.stderr)
+        sys.exit(1)
+
+
 def cmd_table(args) -> None:
     from fedbayes.reports.tables import build_table
 
@@ -282,6 +300,12 @@ def main(argv=None) -> None:
     sp = sub.add_parser("evaluate", help="metrics.json from a run's saved predictions")
     sp.add_argument("run_dir")
     sp.set_defaults(fn=cmd_evaluate)
+
+    sp = sub.add_parser("replay", help="retrain a finished run's first rounds and compare them bit for bit")
+    sp.add_argument("run_dirs", nargs="+")
+    sp.add_argument("--rounds", type=int, default=1)
+    sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data)")
+    sp.set_defaults(fn=cmd_replay)
 
     sp = with_params(sub.add_parser("table", help="build a table (ours vs published)"))
     sp.add_argument("table")

@@ -59,14 +59,6 @@ def code_hash(files):
     return h.hexdigest()[:16]
 
 
-def method_code(method):
-    """The modules a method runs (fedbayes.catalog.METHOD_MODULES, checked against the classes by the
-    tests): read from the catalogue, so parsing the workflow does not import torch."""
-    from fedbayes.catalog import METHOD_MODULES
-
-    return code(*(f"methods/{f}" for f in METHOD_MODULES[method]))
-
-
 def dataset_code(experiment_name):
     """The data code a run of this experiment executes: the registry, sources, IDX parser and the
     modules defining its datasets' loaders (not every dataset module of the package)."""

@@ -2,47 +2,56 @@
 # A killed run resumes from its checkpoint (<run>/checkpoint.pt, not a declared output).
 # Declared outputs are the committed files (history.csv, run.json), so a fresh clone reuses finished
 # runs; predictions.npz (large, not committed) is written beside them for the evaluate rule.
-# Inputs are only the code it runs (compared by content hash): the job fetches its data and writes its
-# partition (data/partitions/..., the same file the partition rule writes) itself when they are
+# What reruns a finished run is its resolved configuration and its numerics versions (the rerun rule,
+# fedbayes.catalog), as params and, where Snakemake has no record, as a marker input; never the mtime or
+# hash of a source file. The job fetches its data and writes its partition (data/partitions/..., the same file the partition rule writes) itself when they are
 # missing, so the data and partition jobs a fresh clone must run never make finished runs look stale.
 
 
-def train_code(wc):
-    return sorted(set(code("engine", "models", "eval/metrics.py")
-                      + method_code(wc.method) + dataset_code(wc.experiment)))
+def numerics_key(wc):
+    """The rerun rule (fedbayes.catalog): a finished run is rerun when its resolved configuration or the
+    numerics version of its method or of the core changes, never because a source file was edited."""
+    from fedbayes.catalog import numerics
+
+    return json.dumps(numerics(wc.method), sort_keys=True)
 
 
 def changed_config(wc):
-    """A finished run whose run.json records another configuration than params.yaml gives it now is
-    stale, also where Snakemake has no record of the params it ran with (a fresh clone, a DVC pull):
-    then a marker naming the changed keys is written (new mtime) and made an input, so the run
-    reruns. A run whose recorded configuration matches needs nothing (a clone adopts it)."""
+    """A finished run whose run.json records another configuration than params.yaml gives it now, or
+    other numerics versions than the code declares, is stale, also where Snakemake has no record of
+    the params it ran with (a fresh clone, a DVC pull): then a marker naming what changed is written
+    (new mtime) and made an input, so the run reruns. A run whose record matches needs nothing (a clone
+    adopts it). A run.json without ``numerics`` was trained at version 1 of each."""
+    from fedbayes.catalog import numerics
     from fedbayes.config import config_changes
 
     rec = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed)) / "run.json"
     try:
-        recorded = json.loads(rec.read_text())["config"]
-    except (OSError, ValueError, KeyError):
+        info = json.loads(rec.read_text())
+        recorded = info["config"]
+    except (OSError, ValueError, KeyError, TypeError):
         return []
     changed = config_changes(recorded, run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point))
+    ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)
+    changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
+                for k in sorted(now) if ran.get(k) != now[k]]
     if not changed:
         return []
     marker = Path(WORK) / "changed" / wc.experiment / wc.method / wc.point / f"seed{wc.seed}.txt"
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("params.yaml changed since this run: " + ", ".join(changed) + "\n")
+    marker.write_text("changed since this run: " + ", ".join(changed) + "\n")
     return [str(marker)]
 
 
 rule train:
     input:
-        code=lambda wc: fixed(train_code(wc)),
         changed=changed_config,
     output:
         history=f"{RUN}/history.csv",
         run=f"{RUN}/run.json",
     params:
         cfg=lambda wc: json.dumps(run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point), sort_keys=True),
-        code=lambda wc: code_hash(train_code(wc)),
+        numerics=numerics_key,
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
         partition=f"{PART}/{{experiment}}/seed{{seed}}.npz",
     threads: 1

@@ -25,11 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedbayes.catalog import numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import ClientData, Method, build_method
 from fedbayes.models import FlatModel, build_model
+from fedbayes.provenance import code_identity, resume_key
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -130,6 +132,33 @@ def _divergence(losses: list[float], server: dict) -> str | None:
     return f"non-finite server state ({', '.join(sorted(bad))})" if bad else None
 
 
+def _resumable(path: Path, key: str, device, log) -> dict | None:
+    """The checkpoint at ``path`` if this configuration and this exact code (sources and library
+    versions, ``provenance.resume_key``) wrote it; otherwise None, and a checkpoint that exists is set
+    aside as ``checkpoint.pt.set-aside`` with one line saying why (the run restarts: resuming onto other
+    code would give a run that matches neither version)."""
+    if not path.exists():
+        return None
+    why = None
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # truncated or foreign file: never resumed, never a traceback
+        state, why = None, f"unreadable ({type(e).__name__})"
+    if state is not None:
+        if not isinstance(state, dict) or "round" not in state:
+            why = "not a fedbayes checkpoint"
+        elif state.get("config_hash") != key:
+            why = f"another configuration ({state.get('config_hash')} != {key})"
+        elif state.get("code") != resume_key():
+            why = f"written by other code ({state.get('code')}; this is {resume_key()})"
+    if why is None:
+        return state
+    aside = path.with_name(path.name + ".set-aside")
+    os.replace(path, aside)
+    log(f"checkpoint {path} {why}: set aside as {aside.name}; the run restarts from round 0")
+    return None
+
+
 def _atomic_save(obj, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(obj, tmp)
@@ -184,12 +213,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
                for p in parts]
 
     ckpt_path = out / CHECKPOINT
-    state = None
-    if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location=device, weights_only=True)
-        if state["config_hash"] != key:
-            log(f"ignoring checkpoint of another configuration ({state['config_hash']} != {key})")
-            state = None
+    state = _resumable(ckpt_path, key, device, log)
     if state is None:
         server, client_states = method.init_state(fm.flat_params())
         start, history, saved, wall = 1, [], {}, 0.0
@@ -243,8 +267,8 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         history.append(row)
         if rnd in save_rounds:
             saved[rnd] = logp
-        _atomic_save({"config_hash": key, "round": rnd, "server": server, "clients": client_states,
-                      "history": history, "saved": saved, "wall": wall}, ckpt_path)
+        _atomic_save({"config_hash": key, "code": resume_key(), "round": rnd, "server": server,
+                      "clients": client_states, "history": history, "saved": saved, "wall": wall}, ckpt_path)
         if stop_after is not None and rnd >= stop_after:
             return history
 
@@ -303,7 +327,8 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
     os.replace(tmp, out / "predictions.npz")
 
     _atomic_save({k: v.cpu() for k, v in server.items()}, out / "posterior.pt")
-    info = {"config": cfg, "config_hash": key, "device": str(device),
+    info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]), "code": code_identity(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
             "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes]}

@@ -23,9 +23,10 @@ class FedADMM(Method):
 
     def client_update(self, k, down, state, data, rng, rnd):
         w_g, v, alpha = down["w"], state["v"], float(self.hp["alpha"])
-        res = self.local_train(w_g, data, rng, extra_loss=lambda w: v @ w + 0.5 * alpha * (w - w_g).square().sum())
+        res = self.local_train(w_g, data, rng, extra_loss=lambda w: v @ w + 0.5 * alpha * (w - w_g).square().sum(),
+                               state=state)
         v_new = v + alpha * (res.w - w_g)
-        return {"w": res.w, "v": v_new}, {"v": v_new}, res.mean_loss
+        return {"w": res.w, "v": v_new}, {**state, "v": v_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         z = server["z"].clone()
@@ -48,8 +49,8 @@ class FedDyn(Method):
         def extra(w):
             return a * (lam @ w) + 0.5 * a * (w - w_g).square().sum() + 0.5 * wd * w.square().sum()
 
-        res = self.local_train(w_g, data, rng, extra_loss=extra)
-        return {"w": res.w}, {"lam": lam + (res.w - w_g)}, res.mean_loss
+        res = self.local_train(w_g, data, rng, extra_loss=extra, state=state)
+        return {"w": res.w}, {**state, "lam": lam + (res.w - w_g)}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         ws = torch.stack([m["w"] for m in messages.values()])

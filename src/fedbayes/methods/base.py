@@ -107,17 +107,28 @@ class Method:
         return self.fm(server["w"], x)
 
     def local_train(self, w_start: torch.Tensor, data: ClientData, rng: np.random.Generator,
-                    extra_loss: Callable[[torch.Tensor], torch.Tensor] | None = None) -> LocalResult:
+                    extra_loss: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                    state: Tensors | None = None) -> LocalResult:
         """``local_epochs`` passes of minibatch Adam/SGD on mean CE (+ ``extra_loss(w)``), from ``w_start``.
 
         Minibatches follow a fresh permutation of the client's data each epoch, drawn from ``rng``;
-        the last batch of an epoch may be smaller. The optimiser is re-created on every call.
-        ``lr_schedule: linear_local`` decays the learning rate linearly to ``lr_final`` over the call's
-        steps (FedIVON's baselines); the default is a constant rate.
+        the last batch of an epoch may be smaller. ``client_optimizer`` (hyperparameter) says what the
+        optimiser starts from: ``fresh`` (default) re-creates it on every call; ``persistent`` keeps
+        each client's optimiser state (Adam's moments and step count) in its client ``state`` from the
+        last round it trained, as the FedLap/BayesADMM authors' code builds one Adam per client once and
+        only overwrites its weights with w_g (spec 000 "Adam state"). ``lr_schedule: linear_local``
+        decays the learning rate linearly to ``lr_final`` over the call's steps (FedIVON's baselines);
+        the default is a constant rate.
         """
         hp = self.hp
         w = w_start.detach().clone().requires_grad_(True)
         opt = make_optimizer(hp.get("optimizer", "adam"), [w], hp["lr"])
+        persistent = client_optimizer(hp) == "persistent"
+        if persistent:
+            if state is None:
+                raise TypeError(f"{type(self).__name__}: client_optimizer: persistent needs the client state "
+                                "passed to local_train")
+            opt.load_state(state)
         n, bs = len(data), int(hp["batch_size"])
         clip = hp.get("grad_clip")
         total, steps = 0.0, 0
@@ -142,6 +153,8 @@ class Method:
                     torch.nn.utils.clip_grad_norm_([w], clip)
                 opt.step()
                 steps += 1
+        if persistent:
+            state.update(opt.state())
         return LocalResult(w.detach(), total / max(steps, 1), steps)
 
 
@@ -158,6 +171,15 @@ class FlatAdam:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.w.grad = None
+
+    def state(self) -> Tensors:
+        """The state a persistent client keeps between rounds (client state keys ``opt/…``)."""
+        return {"opt/m": self.m, "opt/v": self.v, "opt/t": self.t}
+
+    def load_state(self, state: Tensors) -> None:
+        """Continue from ``state()`` of an earlier call; a client's first call starts from zeros."""
+        if "opt/m" in state:
+            self.m, self.v, self.t = state["opt/m"].clone(), state["opt/v"].clone(), state["opt/t"].clone()
 
     @torch.no_grad()
     def step(self) -> None:
@@ -177,6 +199,14 @@ class FlatSGD:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.w.grad = None
 
+    def state(self) -> Tensors:
+        """The momentum buffer a persistent client keeps between rounds (none before the first step)."""
+        return {"opt/buf": self.buf} if self.buf is not None else {}
+
+    def load_state(self, state: Tensors) -> None:
+        if "opt/buf" in state:
+            self.buf = state["opt/buf"].clone()
+
     @torch.no_grad()
     def step(self) -> None:
         d = self.w.grad
@@ -184,6 +214,17 @@ class FlatSGD:
             self.buf = d.clone() if self.buf is None else self.buf.mul_(self.momentum).add_(d)
             d = self.buf
         self.w.add_(d, alpha=-float(self.lr))
+
+
+CLIENT_OPTIMIZER = ("fresh", "persistent")
+
+
+def client_optimizer(hp: dict) -> str:
+    """``client_optimizer``: ``fresh`` (the default) or ``persistent`` (see ``Method.local_train``)."""
+    mode = hp.get("client_optimizer", "fresh")
+    if mode not in CLIENT_OPTIMIZER:
+        raise ValueError(f"client_optimizer must be one of {CLIENT_OPTIMIZER}, got {mode!r}")
+    return mode
 
 
 def make_optimizer(name: str, params, lr: float) -> FlatAdam | FlatSGD:

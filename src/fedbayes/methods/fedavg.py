@@ -16,7 +16,8 @@ class FedAvg(Method):
 
     def client_update(self, k, down, state, data, rng, rnd):
         wd = float(self.hp.get("weight_decay", 0.0))
-        res = self.local_train(down["w"], data, rng, extra_loss=(lambda w: 0.5 * wd * w.square().sum()) if wd else None)
+        res = self.local_train(down["w"], data, rng, extra_loss=(lambda w: 0.5 * wd * w.square().sum()) if wd else None,
+                               state=state)
         return {"w": res.w}, state, res.mean_loss
 
     def server_update(self, server, messages, rnd):

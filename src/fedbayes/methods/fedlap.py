@@ -45,9 +45,9 @@ class FedLap(Method):
         def extra(w):
             return (delta / n_k) * (v @ w + 0.5 * (w - w_g).square().sum())
 
-        res = self.local_train(start, data, rng, extra_loss=extra)
+        res = self.local_train(start, data, rng, extra_loss=extra, state=state)
         v_new = v + self.rho(k, rnd) * (res.w - w_g)
-        return {"v": v_new}, {"v": v_new}, res.mean_loss
+        return {"v": v_new}, {**state, "v": v_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         v = server["v"].clone()
@@ -79,13 +79,13 @@ class FedLapCov(Method):
         def extra(w):
             return (v @ w - 0.5 * (V * w.square()).sum() + 0.5 * (S_g * (w - w_g).square()).sum()) / n_k
 
-        res = self.local_train(start, data, rng, extra_loss=extra)
+        res = self.local_train(start, data, rng, extra_loss=extra, state=state)
         H = diag_ggn(self.fm, res.w, data.x).clamp_min(0.0)
         rho = self.rho(k, rnd)
         S_k = H - V + S_g
         v_new = v + rho * (S_k * res.w - S_g * w_g)
         V_new = (1 - rho) * V + rho * H
-        return {"v": v_new, "V": V_new}, {"v": v_new, "V": V_new}, res.mean_loss
+        return {"v": v_new, "V": V_new}, {**state, "v": v_new, "V": V_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         v, V = server["v"].clone(), server["V"].clone()

@@ -77,7 +77,7 @@ class FedLapFunc(FedLap):
                 loss = loss + (soft_ce(self.fm(w, x_all), y_g, tau_all) - soft_ce(self.fm(w, x_own), y_prev, tau_own))
             return loss / n_k
 
-        res = self.local_train(start, data, rng, extra_loss=extra)
+        res = self.local_train(start, data, rng, extra_loss=extra, state=state)
         v_new = v + self.rho(k, rnd) * (res.w - w_g)
         with torch.no_grad():
             yhat = torch.softmax(self.fm(res.w, x_own), -1)

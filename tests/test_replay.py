@@ -1,0 +1,164 @@
+"""The rerun rule's guard: a change that alters any number a method computes must bump its numerics
+version (``fedbayes.catalog``), because finished runs are adopted by new code on their configuration
+and numerics versions alone (never on source hashes).
+
+Two checks, both bit for bit:
+
+- every method, on a tiny synthetic problem (3 rounds, 4 clients, its params.yaml hyperparameters at
+  smoke scale): its history against ``tests/golden/numerics/<method>.v<core>.<method version>.csv``;
+- one committed paper-scale run per method (``REPLAYED``): its first round retrained from its run.json
+  (``fedbayes replay``) against its committed history.csv.
+
+After a deliberate numerics change: bump the version in fedbayes/catalog.py, write the new golden with
+``python tests/test_replay.py METHOD …``, and rerun the method's runs (Snakemake plans exactly those).
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden" / "numerics"
+TIMING = ("time_s", "wall_s", "eval_s")
+
+# One committed run per method whose first round this machine class retrains bit for bit: its cheapest
+# run trained on an AVX2 CPU (runs trained elsewhere before the AVX2 cap in fedbayes/__init__.py differ
+# by round-off; reports/notes/rerun-rule.md lists them).
+REPLAYED = {
+    "fedavg": "fmnist10-labeldir0.01-k20-r20/fedavg/local_epochs=40/seed0",
+    "fedprox": "fmnist10-iid-k10/fedprox/alpha=0.1+local_epochs=10/seed0",
+    "feddyn": "fmnist10-dir-k10/feddyn/alpha=0.001+local_epochs=5+weight_decay=1e-05/seed0",
+    "fedlap": "fmnist10-dir-k10/fedlap/delta=0.01+local_epochs=5/seed0",
+    "fedlap_cov": "fmnist10-dir-k10/fedlap_cov/delta=1.0+local_epochs=5/seed0",
+    "fedlap_func": "fmnist10-iid-k10/fedlap_func/delta=0.01+local_epochs=10+tau=0.0001/seed2",
+    "bayesadmm": "fmnist10-dir-k10/bayesadmm/default/seed2",
+    "fedivon": "fmnist-shards-k200/fedivon/default/seed0",
+    "fedcurv": "fmnist10-labeldir0.01-k20-r20/fedcurv/lambda_prior=1.0/seed0",
+    "fola": "fmnist10-labeldir0.01-k20-r20/fola/lambda_prior=1.0/seed0",
+    "scaffold": "fmnist10-labeldir0.01-k20-r20/scaffold/default/seed0",
+    "fednova": "fmnist10-labeldir0.01-k20-r20/fednova/default/seed0",
+    "fedbe": "fmnist10-labeldir0.01-k20-r20/fedbe/default/seed0",
+}
+
+
+def _method_names() -> list[str]:
+    from fedbayes.catalog import METHOD_VARIANTS
+
+    return sorted(METHOD_VARIANTS)
+
+
+def golden_path(method: str) -> Path:
+    from fedbayes.catalog import numerics
+
+    v = numerics(method)
+    return GOLDEN / f"{method}.v{v['core']}.{v['method']}.csv"
+
+
+def _experiment_for(params: dict, method: str) -> str:
+    """Where the method's params.yaml hyperparameters are taken from: the first experiment that runs
+    it (or its I variant), else the headline Dirichlet experiment."""
+    for name in (method, f"{method}_i"):
+        for e, spec in params["experiments"].items():
+            if name in spec["methods"]:
+                return e
+    return "fmnist10-dir-k10"
+
+
+def golden_history(method: str, tmp: Path) -> list[dict]:
+    """The method on a tiny synthetic problem: 4 Dirichlet clients, a 32-16 ReLU MLP, 3 rounds."""
+    import numpy as np
+
+    from fedbayes.config import load_params, method_hparams, sweep_points
+    from fedbayes.data import make_synthetic
+    from fedbayes.engine import RunData, preprocess, run_federated
+    from fedbayes.partition import make_partition
+
+    params = load_params(REPO / "params.yaml", scale="smoke")
+    experiment = _experiment_for(params, method)
+    hp = method_hparams(params, experiment, method, next(iter(sweep_points(params, experiment, method))))
+    hp.update(local_epochs=2, batch_size=32, server_iters=20, pred_samples=3, mc_every=1, burn_in=1,
+              laplace_epochs=1, ngvi_epochs=1, ngvi_samples=2)
+    if "variant" in hp:  # fedep / fedsep (no experiment runs them): the FedEP family's clients run SGD-M
+        hp["optimizer"] = "sgd"
+    a = make_synthetic()
+    idx = np.arange(400)
+    parts = [idx[p] for p in make_partition(a["y_train"][idx], 4, "dirichlet", np.random.default_rng(0), min_size=8)]
+    noise = np.random.default_rng(1).integers(0, 256, size=(50, 28, 28), dtype=np.uint8)
+    data = RunData(x_train=preprocess(a["x_train"], "unit"), y_train=torch.from_numpy(a["y_train"]).long(),
+                   x_test=preprocess(a["x_test"][:100], "unit"), y_test=torch.from_numpy(a["y_test"][:100]).long(),
+                   x_ood=preprocess(noise, "unit"), n_classes=10, parts=parts)
+    cfg = {"experiment": "numerics-golden", "method": method, "point": "default", "seed": 0, "scale": "smoke",
+           "dataset": "synthetic", "ood": "noise", "subsample": 1.0, "clients": 4, "partition": {"scheme": "dirichlet"},
+           "participation": 1.0, "rounds": 3, "model": {"name": "mlp", "hidden": [32, 16], "activation": "relu"},
+           "input_scale": "unit", "hparams": hp, "save_rounds": [1, 2, 3]}
+    torch.set_num_threads(1)
+    return run_federated(cfg, data, tmp, torch.device("cpu"), log=lambda m: None)
+
+
+def _as_text(history: list[dict]) -> list[dict]:
+    """History rows as the CSV writer writes them (``str`` of each value), timing columns left out."""
+    return [{k: ("" if v is None else str(v)) for k, v in row.items() if k not in TIMING} for row in history]
+
+
+def write_golden(method: str, tmp: Path) -> Path:
+    rows = _as_text(golden_history(method, tmp))
+    path = golden_path(method)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("method", _method_names())
+def test_method_numerics_match_their_golden(method, tmp_path):
+    path = golden_path(method)
+    assert path.exists(), (f"{method}: no golden for numerics version {path.name}; after a deliberate numerics "
+                           f"change write it with `python tests/test_replay.py {method}`")
+    with open(path, newline="") as f:
+        want = list(csv.DictReader(f))
+    got = _as_text(golden_history(method, tmp_path))
+    diffs = [f"round {w['round']}: {k} {w[k]} != {g.get(k, '<absent>')}"
+             for w, g in zip(want, got) for k in w if w[k] != g.get(k, "")]
+    assert len(want) == len(got) and not diffs, (
+        f"{method}'s numbers changed without a numerics version bump (fedbayes/catalog.py "
+        f"METHOD_NUMERICS / CORE_NUMERICS): {diffs[:4]}")
+
+
+@pytest.mark.parametrize("method", sorted(REPLAYED))
+def test_committed_run_replays_bit_for_bit(method):
+    from dagutil import require_fmnist
+
+    from fedbayes.cli import fetch_dataset
+    from fedbayes.engine.replay import replay_run
+
+    require_fmnist(pytest)
+    run = REPO / "results" / "runs" / REPLAYED[method]
+    raw = REPO / "data" / "raw"
+    for d in ("fmnist", "mnist5k"):
+        fetch_dataset(d, str(raw), download=False)
+    diffs = replay_run(run, rounds=1, raw=str(raw))
+    assert not diffs, (f"{method}: the committed run {REPLAYED[method]} no longer replays: {diffs[:4]}; a change "
+                       f"that alters numbers bumps METHOD_NUMERICS['{method}'] or CORE_NUMERICS (fedbayes/catalog.py)")
+
+
+def test_every_method_with_committed_runs_is_replayed():
+    """A method that gets committed paper-scale runs also gets a replayed one here."""
+    have = {p.parent.parent.name for p in (REPO / "results" / "runs").glob("*/*/*/seed*") if "smoke" not in p.parts}
+    assert have - set(REPLAYED) <= {"fedep_i", "fedsep_i", "fedpa"}, sorted(have - set(REPLAYED))
+
+
+if __name__ == "__main__":  # python tests/test_replay.py METHOD ...  (or: all)
+    import tempfile
+
+    names = _method_names() if sys.argv[1:] == ["all"] else sys.argv[1:]
+    for m in names:
+        with tempfile.TemporaryDirectory() as d:
+            print(write_golden(m, Path(d)))

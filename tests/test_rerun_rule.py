@@ -1,0 +1,92 @@
+"""Reruns follow numbers, not file hashes (fedbayes.catalog), on the real ``snakemake`` command in a
+temporary copy of the repository (the synthetic experiments of tests/test_faults.py) whose package
+sources the workflow runs (``PYTHONPATH=<copy>/src``), so that the tests can edit them:
+
+- a behaviour-preserving edit of method and engine code plans no training job;
+- a numerics version bump of one method plans exactly that method's runs, with Snakemake's own
+  record of the params (the same working copy) and without it (a fresh clone: the run.json marker);
+- a core numerics bump plans every run.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from dagutil import copy_repo, mtimes, sh
+from test_faults import synthetic_params
+
+TABLE = "reports/faults.csv"
+TRAIN_OUT = re.compile(r"results/runs/([^/\s]+)/(\w+)/([^/\s]+)/seed(\d+)/history\.csv")
+
+
+def run(cmd: str, d: Path, **kw) -> str:
+    return sh(cmd, d, PYTHONPATH=str(d / "src"), **kw)
+
+
+def planned_training(d: Path) -> set[tuple[str, str, str, str]]:
+    """(experiment, method, point, seed) of every train job ``snakemake -n`` plans for the table."""
+    plan = run(f"snakemake -n --cores 2 {TABLE}", d)
+    jobs = set()
+    for block in plan.split("rule ")[1:]:
+        if block.startswith("train:"):
+            out = block.split("output:")[1].splitlines()[0]
+            jobs |= {m.groups() for m in TRAIN_OUT.finditer(out)}
+    return jobs
+
+
+@pytest.fixture
+def built(tmp_path_factory, repo) -> Path:
+    """The synthetic table built once, copied fresh for each test (edits stay in their test)."""
+    cache = tmp_path_factory.getbasetemp() / "rerun-built"
+    if not cache.exists():
+        copy_repo(repo, cache, synthetic_params, scale="paper")
+        run(f"snakemake --cores 2 {TABLE}", cache)
+    d = tmp_path_factory.mktemp("rerun")
+    shutil.copytree(cache, d, dirs_exist_ok=True, symlinks=True)
+    return d
+
+
+def all_runs(d: Path) -> set[tuple[str, str, str, str]]:
+    return {m.groups() for p in (d / "results/runs").rglob("history.csv")
+            if (m := TRAIN_OUT.search(str(p.relative_to(d))))}
+
+
+def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
+    assert planned_training(built) == set()
+    for rel in ("src/fedbayes/methods/fedavg.py", "src/fedbayes/methods/base.py", "src/fedbayes/engine/loop.py",
+                "src/fedbayes/eval/metrics.py"):
+        f = built / rel
+        f.write_text(f.read_text() + "\n\ndef _a_refactor_helper():  # behaviour-preserving edit\n    return None\n")
+    assert planned_training(built) == set()
+
+
+@pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
+def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
+    if metadata == "fresh clone":  # no record of the params the runs were made with: run.json decides
+        shutil.rmtree(built / ".snakemake")
+    catalog = built / "src/fedbayes/catalog.py"
+    catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] = 2\n')
+    want = {r for r in all_runs(built) if r[1] == "fedprox"}
+    # the plan holds the sweep's runs (first seed); the other seeds wait behind the selection checkpoint
+    planned = planned_training(built)
+    assert planned and planned <= want and {r for r in want if r[3] == "0"} <= planned
+    marker = next((built / "work/changed/synth-k4/fedprox").rglob("*.txt"))
+    assert "numerics version of fedprox 1 -> 2" in marker.read_text()
+    before = mtimes(built, "results/runs/*/*/*/*/history.csv")
+    run(f"snakemake --cores 2 {TABLE}", built)
+    after = mtimes(built, "results/runs/*/*/*/*/history.csv")
+    assert {k for k in before if after[k] != before[k]} == {k for k in before if "/fedprox/" in k}
+    assert planned_training(built) == set()
+
+
+def test_a_core_numerics_bump_reruns_every_run(built):
+    catalog = built / "src/fedbayes/catalog.py"
+    catalog.write_text(catalog.read_text().replace("CORE_NUMERICS = 1", "CORE_NUMERICS = 2"))
+    assert planned_training(built) == {r for r in all_runs(built) if r[3] == "0"}  # then the seeds after selection
+    before = mtimes(built, "results/runs/*/*/*/*/history.csv")
+    run(f"snakemake --cores 2 {TABLE}", built)
+    after = mtimes(built, "results/runs/*/*/*/*/history.csv")
+    assert before and all(after[k] != before[k] for k in before)
