@@ -12,7 +12,7 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
     "fedavg": POINT,
     "fedprox": POINT,
     "fedadmm": POINT,
-    "feddyn": POINT,
+    "feddyn": {"": "point", "avg": "point"},
     "fedlap": POINT,
     "fedlap_cov": POINT,
     "fedlap_func": POINT,
@@ -30,6 +30,11 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
     **{f"{m}_{v}": {"": "point", "mc": "samples"} for m in ("fedep", "fedsep") for v in "imlv"},
 }
 
+# Hyperparameters with a default in the code: a resolved configuration leaves out a value equal to its
+# default, so that declaring the default in params.yaml (or adding a new option) changes no run's
+# configuration and reruns nothing.
+HPARAM_DEFAULTS: dict[str, object] = {"client_optimizer": "fresh"}
+
 # Numerics versions: the rerun rule. A finished run is rerun when what it would compute changes — its
 # resolved configuration (params.yaml), or the numerics version of its method or of the shared core
 # (engine, models, data, partitions, local optimisers) — never because a source file was edited. A
@@ -38,7 +43,9 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
 # method, when the code no longer gives its history bit for bit. A refactor that keeps the numbers
 # bumps nothing and retrains nothing. A run.json without ``numerics`` was trained at version 1.
 CORE_NUMERICS = 1
-METHOD_NUMERICS: dict[str, int] = {m: 1 for m in METHOD_VARIANTS}
+METHOD_NUMERICS: dict[str, int] = {m: 1 for m in METHOD_VARIANTS} | {
+    "feddyn": 2,   # 2: the feddyn@avg prediction (the clients' plain average) evaluated beside the cloud model
+}
 
 
 def numerics(method: str) -> dict[str, int]:

@@ -186,16 +186,25 @@ def comparable_experiments(spec: dict) -> list[str]:
 
 def selection(params: dict, experiment: str) -> dict:
     """How a sweep point is chosen: the table metric/statistic at the experiment's last reported
-    round, on the first seed (``params.selection``, updated by the experiment's own ``selection``); or,
-    for an experiment with ``selection_from``, the point that experiment selected (its grid does not
-    run again)."""
+    round (``params.selection``, updated by the experiment's own ``selection``), on the first seed, or
+    (``seeds: all``) as the mean over every seed the method runs, each grid point running on all of
+    them (the FedLap paper's criterion: the best 3-seed mean); or, for an experiment with
+    ``selection_from``, the point that experiment selected (its grid does not run again)."""
     e = experiment_config(params, experiment)
     if e.get("selection_from"):
         return {"from": e["selection_from"], "seed": seeds(params)[0]}
     sel = {**params["selection"], **e.get("selection", {})}
     sel["round"] = e["report_rounds"][-1]
     sel["seed"] = seeds(params)[0]
+    if sel.get("seeds", "first") == "first":
+        sel.pop("seeds", None)  # the default: the criterion reads as before
     return sel
+
+
+def selection_seeds(params: dict, experiment: str, method: str) -> list[int]:
+    """The seeds a sweep point of (experiment, method) runs before the selection: the first, or all."""
+    sel = selection(params, experiment)
+    return seeds(params, experiment, method) if sel.get("seeds") == "all" else [sel["seed"]]
 
 
 def seeds(params: dict, experiment: str | None = None, method: str | None = None) -> list[int]:
@@ -277,7 +286,10 @@ def method_hparams(params: dict, experiment: str, method: str, point: str = DEFA
     points = sweep_points(params, experiment, method)
     if point not in points:
         raise ConfigError(f"{experiment}/{method}: no sweep point {point!r}; the grid has {list(points)}")
-    return deep_merge(hp, points[point])
+    from fedbayes.catalog import HPARAM_DEFAULTS
+
+    hp = deep_merge(hp, points[point])
+    return {k: v for k, v in hp.items() if not (k in HPARAM_DEFAULTS and v == HPARAM_DEFAULTS[k])}
 
 
 def partition_config(params: dict, experiment: str, seed: int) -> dict:

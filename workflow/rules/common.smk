@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
-                             seeds, selection, swept_points, sweep_points)
+                             seeds, selection, selection_seeds, swept_points, sweep_points)
 from fedbayes.catalog import split_variant
 
 SCALE = config["scale"]

@@ -29,8 +29,9 @@ def selection_source(wc):
 checkpoint select:
     input:
         metrics=lambda wc: [
-            f"{run_dir(wc.experiment, wc.method, pt, selection(config, wc.experiment)['seed'])}/metrics.json"
+            f"{run_dir(wc.experiment, wc.method, pt, s)}/metrics.json"
             for pt in swept_points(config, wc.experiment, wc.method)
+            for s in selection_seeds(config, wc.experiment, wc.method)
         ],
         # ancient: in a clone the other experiment's file may be checked out later; a changed selection
         # there still reaches this job through params.source (the point it selected)

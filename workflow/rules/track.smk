@@ -1,5 +1,5 @@
 # MLflow import: one job per (experiment, method), importing every run of it (each sweep point on the
-# selection seed, the selected point on every seed) in one process — MLflow's import costs seconds, so
+# selection's seeds, the selected point on every seed) in one process — MLflow's import costs seconds, so
 # one process per run made the imports the largest part of a small DAG. Jobs are serialised on the
 # SQLite store by the `mlflow_db` resource (the default profile sets --resources mlflow_db=1); the marker
 # lists the MLflow run ids and lives under work/, not results/. Tags: selected=true|false.
@@ -8,9 +8,8 @@
 def method_runs(experiment, method):
     """(point, seed) of every run of (experiment, method) that is imported; waits for the selection."""
     point = selected_point(experiment, method)
-    sel_seed = selection(config, experiment)["seed"]
     runs = {(point, s) for s in seeds(config, experiment, method)}
-    runs |= {(pt, sel_seed) for pt in swept_points(config, experiment, method)}
+    runs |= {(pt, s) for pt in swept_points(config, experiment, method) for s in selection_seeds(config, experiment, method)}
     return sorted(runs, key=lambda r: (r[1], r[0]))
 
 

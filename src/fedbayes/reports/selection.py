@@ -1,7 +1,8 @@
 """Sweep selection: which grid point of a method enters the tables.
 
 Rule (params.yaml ``selection``): the value of ``metric`` under ``statistic`` at the experiment's
-last reported round, on the first seed, best by ``mode``; ties go to the earlier grid point. The
+last reported round, on the first seed or (``seeds: all``) averaged over every seed, best by ``mode``;
+ties go to the earlier grid point. The
 paper protocol selects on test data too (FedLap spec §4.6); every candidate is kept in the sweep
 report so other criteria can be applied later.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbayes.config import paths, selection, sweep_points
+from fedbayes.config import paths, selection, selection_seeds, sweep_points
 from fedbayes.fileio import write_text_atomic
 from fedbayes.reports.tables import cell_value, diverged_before
 
@@ -37,11 +38,15 @@ def select(p: dict, experiment: str, method: str) -> dict:
         return {"experiment": experiment, "method": method, "point": src["point"], "hparams": src["hparams"],
                 "criterion": crit, "candidates": []}
     candidates = []
+    on = selection_seeds(p, experiment, method)
     for point, values in sweep_points(p, experiment, method).items():
-        m = json.loads((run_dir(p, experiment, method, point, crit["seed"]) / "metrics.json").read_text())
-        r = diverged_before(m, crit["round"])  # a diverged point has no value and is never selected
+        ms = [json.loads((run_dir(p, experiment, method, point, s) / "metrics.json").read_text()) for s in on]
+        # a point diverged on any seed has no value and is never selected
+        r = max((d for m in ms if (d := diverged_before(m, crit["round"]))), default=None)
+        vals = [cell_value(m, crit["metric"], crit["round"], crit["statistic"]) for m in ms] if not r else []
         candidates.append({"point": point, "hparams": values, **({"diverged_round": r} if r else {}),
-                           "value": float("nan") if r else cell_value(m, crit["metric"], crit["round"], crit["statistic"])})
+                           **({"per_seed": vals} if len(on) > 1 else {}),
+                           "value": float("nan") if r else float(sum(vals) / len(vals))})
     finite = [c for c in candidates if "diverged_round" not in c]
     if finite:
         pick = (max if crit["mode"] == "max" else min)(finite, key=lambda c: c["value"])
@@ -71,6 +76,7 @@ def sweep_frame(p: dict, experiment: str, methods: list[str]) -> pd.DataFrame:
                          "criterion": f"selected on {c['from']}", "value": float("nan"), "selected": True})
         for cand in sel["candidates"]:
             rows.append({"experiment": experiment, "method": method, "point": cand["point"], **cand["hparams"],
-                         "criterion": f"{c['metric']} {c['statistic']} @ round {c['round']}, seed {c['seed']}",
+                         "criterion": f"{c['metric']} {c['statistic']} @ round {c['round']}, "
+                                      + ("mean over seeds" if c.get("seeds") == "all" else f"seed {c['seed']}"),
                          "value": cand["value"], "selected": cand["point"] == sel["point"]})
     return pd.DataFrame(rows)
