@@ -1,6 +1,8 @@
 # Shared helpers: resolved configuration, paths and the code each rule depends on.
 import hashlib
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
@@ -18,7 +20,10 @@ _text = json.dumps(config, indent=1, sort_keys=True)
 if not EFFECTIVE.exists() or EFFECTIVE.read_text() != _text:
     EFFECTIVE.parent.mkdir(parents=True, exist_ok=True)
     EFFECTIVE.write_text(_text)
-CLI = f"fedbayes {{cmd}} --params {EFFECTIVE}"
+# The package's CLI through the Python that runs this workflow, so `.venv/bin/snakemake …` works without
+# activating the venv (a bare `fedbayes` would need it on PATH).
+FEDBAYES = f"{shlex.quote(sys.executable)} -m fedbayes.cli"
+CLI = f"{FEDBAYES} {{cmd}} --params {EFFECTIVE}"
 
 
 def cli(cmd):

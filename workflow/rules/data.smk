@@ -17,7 +17,7 @@ rule data:
     log:
         f"{WORK}/logs/data/{{dataset}}.log",
     shell:
-        "fedbayes data {wildcards.dataset} --root {RAW} --status {output} 2>&1 | tee {log}"
+        f"{FEDBAYES} data {{wildcards.dataset}} --root {RAW} --status {{output}} 2>&1 | tee {{log}}"
 
 
 def data_status(dataset):

@@ -18,7 +18,7 @@ rule evaluate:
         code=code_hash(code("eval")),
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
     shell:
-        "fedbayes evaluate '{params.out}'"
+        f"{FEDBAYES} evaluate '{{params.out}}'"
 
 
 def selection_source(wc):
