@@ -61,7 +61,7 @@ class Scripted:
         self.P = P
         method.local_train = self
 
-    def __call__(self, w_start, data, rng, extra_loss=None):
+    def __call__(self, w_start, data, rng, extra_loss=None, state=None, extra_grad=None):
         return LocalResult(torch.randn(self.P, generator=self.g), 0.0, 1)
 
 
@@ -228,14 +228,17 @@ def test_rho_schedules():
 
 
 def test_fedlap_func_without_memory_is_fedlap(synthetic_run_data, cfg_factory, tmp_path):
-    """§7.4: empty memory ⇒ FedLap-Func is FedLap bit for bit."""
+    """§7.4: empty memory ⇒ FedLap-Func is FedLap. Equal up to float round-off: FedLap adds its
+    proximal/dual gradient in closed form (``extra_grad``, numerics v2), FedLap-Func still through
+    autograd (its committed runs are v1; moving it costs their rerun, ≈ 3 CPU-hours, left open)."""
     torch.set_default_dtype(torch.float32)
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1, "delta": 0.5, "rho": "data"}
     a = run_federated(cfg_factory(method="fedlap", hparams=hp), synthetic_run_data, tmp_path / "a",
                       torch.device("cpu"), log=lambda m: None)
     b = run_federated(cfg_factory(method="fedlap_func", hparams={**hp, "memory_per_class": 0}), synthetic_run_data,
                       tmp_path / "b", torch.device("cpu"), log=lambda m: None)
-    assert [r["test/nll"] for r in a] == [r["test/nll"] for r in b]
+    np.testing.assert_allclose([r["test/nll"] for r in a], [r["test/nll"] for r in b], rtol=1e-6, atol=0)
+    assert [r["test/acc"] for r in a] == [r["test/acc"] for r in b]
 
 
 def test_fedlap_func_memory_and_tau():

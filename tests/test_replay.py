@@ -4,8 +4,8 @@ and numerics versions alone (never on source hashes).
 
 Two checks, both bit for bit:
 
-- every method, on a tiny synthetic problem (3 rounds, 4 clients, its params.yaml hyperparameters at
-  smoke scale): its history against ``tests/golden/numerics/<method>.v<core>.<method version>.csv``;
+- every method, on a tiny synthetic problem (3 rounds, 4 clients, the hyperparameters stored in its
+  golden): its history against ``tests/golden/numerics/<method>.v<core>.<method version>.json``;
 - one committed paper-scale run per method (``REPLAYED``): its first round retrained from its run.json
   (``fedbayes replay``) against its committed history.csv.
 
@@ -15,7 +15,7 @@ After a deliberate numerics change: bump the version in fedbayes/catalog.py, wri
 
 from __future__ import annotations
 
-import csv
+import json
 import sys
 from pathlib import Path
 
@@ -56,12 +56,12 @@ def golden_path(method: str) -> Path:
     from fedbayes.catalog import numerics
 
     v = numerics(method)
-    return GOLDEN / f"{method}.v{v['core']}.{v['method']}.csv"
+    return GOLDEN / f"{method}.v{v['core']}.{v['method']}.json"
 
 
 def _experiment_for(params: dict, method: str) -> str:
-    """Where the method's params.yaml hyperparameters are taken from: the first experiment that runs
-    it (or its I variant), else the headline Dirichlet experiment."""
+    """Where a new golden's hyperparameters are taken from: the first experiment that runs the method
+    (or its I variant), else the headline Dirichlet experiment."""
     for name in (method, f"{method}_i"):
         for e, spec in params["experiments"].items():
             if name in spec["methods"]:
@@ -69,14 +69,10 @@ def _experiment_for(params: dict, method: str) -> str:
     return "fmnist10-dir-k10"
 
 
-def golden_history(method: str, tmp: Path) -> list[dict]:
-    """The method on a tiny synthetic problem: 4 Dirichlet clients, a 32-16 ReLU MLP, 3 rounds."""
-    import numpy as np
-
+def golden_hparams(method: str) -> dict:
+    """A new golden's hyperparameters: params.yaml's at smoke scale, shrunk to seconds. They are stored
+    in the golden, so that a later params.yaml edit changes no golden."""
     from fedbayes.config import load_params, method_hparams, sweep_points
-    from fedbayes.data import make_synthetic
-    from fedbayes.engine import RunData, preprocess, run_federated
-    from fedbayes.partition import make_partition
 
     params = load_params(REPO / "params.yaml", scale="smoke")
     experiment = _experiment_for(params, method)
@@ -85,6 +81,17 @@ def golden_history(method: str, tmp: Path) -> list[dict]:
               laplace_epochs=1, ngvi_epochs=1, ngvi_samples=2)
     if "variant" in hp:  # fedep / fedsep (no experiment runs them): the FedEP family's clients run SGD-M
         hp["optimizer"] = "sgd"
+    return hp
+
+
+def golden_history(method: str, hp: dict, tmp: Path) -> list[dict]:
+    """The method on a tiny synthetic problem: 4 Dirichlet clients, a 32-16 ReLU MLP, 3 rounds."""
+    import numpy as np
+
+    from fedbayes.data import make_synthetic
+    from fedbayes.engine import RunData, preprocess, run_federated
+    from fedbayes.partition import make_partition
+
     a = make_synthetic()
     idx = np.arange(400)
     parts = [idx[p] for p in make_partition(a["y_train"][idx], 4, "dirichlet", np.random.default_rng(0), min_size=8)]
@@ -106,14 +113,11 @@ def _as_text(history: list[dict]) -> list[dict]:
 
 
 def write_golden(method: str, tmp: Path) -> Path:
-    rows = _as_text(golden_history(method, tmp))
+    hp = golden_hparams(method)
     path = golden_path(method)
     path.parent.mkdir(parents=True, exist_ok=True)
-    cols = list(dict.fromkeys(c for r in rows for c in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
+    path.write_text(json.dumps({"method": method, "hparams": hp, "history": _as_text(golden_history(method, hp, tmp))},
+                               indent=1) + "\n")
     return path
 
 
@@ -122,9 +126,8 @@ def test_method_numerics_match_their_golden(method, tmp_path):
     path = golden_path(method)
     assert path.exists(), (f"{method}: no golden for numerics version {path.name}; after a deliberate numerics "
                            f"change write it with `python tests/test_replay.py {method}`")
-    with open(path, newline="") as f:
-        want = list(csv.DictReader(f))
-    got = _as_text(golden_history(method, tmp_path))
+    golden = json.loads(path.read_text())
+    want, got = golden["history"], _as_text(golden_history(method, golden["hparams"], tmp_path))
     diffs = [f"round {w['round']}: {k} {w[k]} != {g.get(k, '<absent>')}"
              for w, g in zip(want, got) for k in w if w[k] != g.get(k, "")]
     assert len(want) == len(got) and not diffs, (
@@ -139,8 +142,13 @@ def test_committed_run_replays_bit_for_bit(method):
     from fedbayes.cli import fetch_dataset
     from fedbayes.engine.replay import replay_run
 
+    from fedbayes.catalog import numerics
+
     require_fmnist(pytest)
     run = REPO / "results" / "runs" / REPLAYED[method]
+    trained = json.loads((run / "run.json").read_text()).get("numerics") or {"core": 1, "method": 1}
+    assert trained == numerics(method), (f"{REPLAYED[method]} was trained at numerics {trained}, the code is at "
+                                         f"{numerics(method)}: name a run of the current version in REPLAYED")
     raw = REPO / "data" / "raw"
     for d in ("fmnist", "mnist5k"):
         fetch_dataset(d, str(raw), download=False)

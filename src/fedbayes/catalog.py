@@ -44,7 +44,9 @@ HPARAM_DEFAULTS: dict[str, object] = {"client_optimizer": "fresh"}
 # bumps nothing and retrains nothing. A run.json without ``numerics`` was trained at version 1.
 CORE_NUMERICS = 1
 METHOD_NUMERICS: dict[str, int] = {m: 1 for m in METHOD_VARIANTS} | {
-    "feddyn": 2,   # 2: the feddyn@avg prediction (the clients' plain average) evaluated beside the cloud model
+    # 2: the proximal / dual terms' gradients added in closed form (extra_grad), not through autograd
+    "fedprox": 2, "fedadmm": 2, "fedlap": 2, "fedlap_cov": 2,
+    "feddyn": 2,   # 2: also the feddyn@avg prediction (the clients' plain average) beside the cloud model
 }
 
 

@@ -25,8 +25,8 @@ class FedADMM(Method):
 
     def client_update(self, k, down, state, data, rng, rnd):
         w_g, v, alpha = down["w"], state["v"], float(self.hp["alpha"])
-        res = self.local_train(w_g, data, rng, extra_loss=lambda w: v @ w + 0.5 * alpha * (w - w_g).square().sum(),
-                               state=state)
+        # ∇ [vᵀw + (α/2)‖w − w_g‖²] = v + α (w − w_g)
+        res = self.local_train(w_g, data, rng, extra_grad=lambda w: v + alpha * (w - w_g), state=state)
         v_new = v + alpha * (res.w - w_g)
         return {"w": res.w, "v": v_new}, {**state, "v": v_new}, res.mean_loss
 
@@ -50,10 +50,10 @@ class FedDyn(Method):
     def client_update(self, k, down, state, data, rng, rnd):
         w_g, lam, a, wd = down["w"], state["lam"], self.alpha_k(k), float(self.hp.get("weight_decay", 0.0))
 
-        def extra(w):
-            return a * (lam @ w) + 0.5 * a * (w - w_g).square().sum() + 0.5 * wd * w.square().sum()
+        def extra_grad(w):  # ∇ [a λᵀw + (a/2)‖w − w_g‖² + (wd/2)‖w‖²]
+            return a * lam + a * (w - w_g) + wd * w
 
-        res = self.local_train(w_g, data, rng, extra_loss=extra, state=state)
+        res = self.local_train(w_g, data, rng, extra_grad=extra_grad, state=state)
         return {"w": res.w}, {**state, "lam": lam + (res.w - w_g)}, res.mean_loss
 
     def server_update(self, server, messages, rnd):

@@ -42,10 +42,10 @@ class FedLap(Method):
         start, w_g = self.start_and_center(down)
         v, delta, n_k = state["v"], float(self.hp["delta"]), len(data)
 
-        def extra(w):
-            return (delta / n_k) * (v @ w + 0.5 * (w - w_g).square().sum())
+        def extra_grad(w):  # ∇ (δ/N_k) [vᵀw + ½‖w − w_g‖²]
+            return (delta / n_k) * (v + (w - w_g))
 
-        res = self.local_train(start, data, rng, extra_loss=extra, state=state)
+        res = self.local_train(start, data, rng, extra_grad=extra_grad, state=state)
         v_new = v + self.rho(k, rnd) * (res.w - w_g)
         return {"v": v_new}, {**state, "v": v_new}, res.mean_loss
 
@@ -76,10 +76,10 @@ class FedLapCov(Method):
             start, w_g, S_g = down["w"], down["w"], down["S"]
         v, V, n_k = state["v"], state["V"], len(data)
 
-        def extra(w):
-            return (v @ w - 0.5 * (V * w.square()).sum() + 0.5 * (S_g * (w - w_g).square()).sum()) / n_k
+        def extra_grad(w):  # ∇ [vᵀw − ½ wᵀ diag(V) w + ½ (w − w_g)ᵀ diag(S_g) (w − w_g)] / N_k
+            return (v - V * w + S_g * (w - w_g)) / n_k
 
-        res = self.local_train(start, data, rng, extra_loss=extra, state=state)
+        res = self.local_train(start, data, rng, extra_grad=extra_grad, state=state)
         H = diag_ggn(self.fm, res.w, data.x).clamp_min(0.0)
         rho = self.rho(k, rnd)
         S_k = H - V + S_g

@@ -12,5 +12,6 @@ from fedbayes.methods.fedavg import FedAvg
 class FedProx(FedAvg):
     def client_update(self, k, down, state, data, rng, rnd):
         w_g, alpha = down["w"], float(self.hp["alpha"])
-        res = self.local_train(w_g, data, rng, extra_loss=lambda w: 0.5 * alpha * (w - w_g).square().sum(), state=state)
+        # ∇ (α/2)‖w − w_g‖² = α (w − w_g)
+        res = self.local_train(w_g, data, rng, extra_grad=lambda w: alpha * (w - w_g), state=state)
         return {"w": res.w}, state, res.mean_loss
