@@ -88,16 +88,17 @@ def test_unknown_key_is_refused(params, schema):
 def test_scale_smoke_overrides(params):
     params["scale"] = "smoke"
     assert seeds(params) == params["smoke"]["seeds"]
-    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=1")
+    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=5")
     assert cfg["rounds"] == params["smoke"]["experiment"]["rounds"]
-    assert cfg["hparams"]["local_epochs"] == 1  # the sweep point wins over smoke.train
+    assert cfg["hparams"]["local_epochs"] == 5  # the sweep point wins over smoke.train (1)
     assert len(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == params["smoke"]["sweep_limit"]
     assert paths(params)["runs"].endswith("/smoke")
 
 
 def test_sweep_points_and_overrides(params):
-    assert list(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == [
-        "local_epochs=1", "local_epochs=5", "local_epochs=10"]
+    assert list(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == ["local_epochs=5", "local_epochs=10"]
+    assert list(sweep_points(params, "mnist-iid-k10", "fedavg"))[:3] == [
+        "local_epochs=1+lr=0.001", "local_epochs=1+lr=0.01", "local_epochs=5+lr=0.001"]
     p = copy.deepcopy(params)
     p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 2], "lr": [0.1, 0.01]},
                               "overrides": {"fmnist10-dir-k10": {"sweep": {"lr": [0.5]}}}}
@@ -430,3 +431,18 @@ def test_config_changes_names_the_changed_keys():
     assert config_changes(rec, {"seed": 1, "hparams": {"weight_decay": "x", "rho": 0.1, "lr": 0.001}}) == [
         "hparams.weight_decay", "seed"]
     assert config_changes({"model": {"hidden": [200, 100]}}, {"model": {"hidden": (200, 100)}}) == []
+
+
+def test_default_valued_hparams_are_left_out_of_the_run_configuration(params):
+    """Declaring a default (``client_optimizer: fresh``) changes no run's configuration, so it reruns
+    nothing; a non-default value is kept."""
+    from fedbayes.catalog import HPARAM_DEFAULTS
+
+    assert HPARAM_DEFAULTS["client_optimizer"] == "fresh"
+    p = copy.deepcopy(params)
+    before = run_config(p, "fmnist-shards-k200", "fedavg", 0, "local_epochs=2")
+    assert "client_optimizer" not in before["hparams"]  # the FedIVON protocol: fresh, declared in its override
+    p["methods"]["fedavg"]["overrides"]["fmnist-shards-k200"].pop("client_optimizer")
+    p["methods"]["fedavg"].pop("client_optimizer")
+    assert run_config(p, "fmnist-shards-k200", "fedavg", 0, "local_epochs=2") == before
+    assert run_config(params, "fmnist10-dir-k10", "fedavg", 0, "local_epochs=5")["hparams"]["client_optimizer"] == "persistent"

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -66,6 +67,7 @@ def table_params(repo, tmp_path):
     p["tables"]["table1"]["methods"] = ["fedavg"]
     for exp in p["tables"]["table1"]["experiments"]:
         p["experiments"][exp]["methods"] = ["fedavg"]
+        p["experiments"][exp].pop("selection", None)  # select on the first seed (the grid ran there only)
     rng = np.random.default_rng(0)
     rounds = list(range(0, 51))
     for exp in p["tables"]["table1"]["experiments"]:
@@ -110,6 +112,12 @@ def test_build_table(table_params, tmp_path):
     assert np.isnan(ece.published_mean) and ece.within_tol is None
     md = (tmp_path / "reports" / "table1.md").read_text()
     assert "| fmnist10-iid-k10 | fedavg | local_epochs=5 | 10 |" in md and "72.3 ± 0.4" in md
+    # the authors' released code's cell beside the published one (papers/authors_code.yaml)
+    theirs = df[(df.experiment == "fmnist10-dir-k10") & (df["round"] == 50) & (df.metric == "test/acc")].iloc[0]
+    assert theirs.authors_code_mean == pytest.approx((76.4 + 76.1 + 75.8) / 3) and theirs.authors_code_n == 3
+    assert theirs.authors_code_std == pytest.approx(np.std([76.4, 76.1, 75.8])) and "bd80f94" in theirs.authors_code_source
+    assert "test/acc authors' code" in md and "76.1 ± 0.2 (n=3)" in md and "team-approx-bayes/bayes-admm@bd80f94" in md
+    assert np.isnan(df[df.metric == "test/ece"].authors_code_mean).all()
     assert set(df.point) == {"local_epochs=5"}
     assert (tmp_path / "reports" / "figures" / "table1_curves.png").stat().st_size > 10_000
     # the csv round-trips
@@ -243,3 +251,22 @@ def test_not_comparable_table_prints_the_published_numbers_only(repo, tmp_path):
     assert "| stackoverflow-tff | test/micro_f1 | 1500 | not comparable / 30.78 | not comparable / 23.32 ± 0.41 |" in md
     assert "**Not comparable" in md and "Not run on the machine" not in md
     assert not (tmp_path / "reports" / "figures" / "fedep_table3_curves.png").exists()
+
+
+def test_selection_on_the_mean_over_seeds(table_params, tmp_path):
+    """``selection: {seeds: all}`` (the FedLap paper's best 3-seed mean): every grid point on every seed,
+    the point with the best mean wins even where another point is best on the first seed."""
+    p = copy.deepcopy(table_params)
+    exp = "fmnist10-iid-k10"
+    p["experiments"][exp]["selection"] = {"seeds": "all"}
+    base = tmp_path / "runs" / exp / "fedavg"
+    for e, accs in ((1, (0.90, 0.50, 0.50)), (10, (0.80, 0.80, 0.80))):   # E=1 best on seed 0, E=10 on average
+        shutil.rmtree(base / f"local_epochs={e}")
+        for s, a in zip(p["seeds"], accs):
+            write_run(base / f"local_epochs={e}" / f"seed{s}", exp, s, {r: a for r in range(51)}, {r: 1.0 for r in range(51)})
+    sel = write_selection(p, exp, "fedavg")
+    assert sel["point"] == "local_epochs=10" and sel["criterion"]["seeds"] == "all"
+    by = {c["point"]: c for c in sel["candidates"]}
+    assert by["local_epochs=1"]["per_seed"] == pytest.approx([90.0, 50.0, 50.0])
+    assert by["local_epochs=1"]["value"] == pytest.approx(190 / 3)
+    assert "mean over seeds" in sweep_frame(p, exp, ["fedavg"]).criterion.iloc[0]

@@ -56,3 +56,18 @@ def published_rounds(refs: list[str], experiment: str) -> list[int]:
     ``not_comparable`` experiments) are the published ones."""
     found = published_row(refs, experiment)
     return list(found[1].get("rounds", found[0].get("rounds", []))) if found else []
+
+
+def authors_code_value(experiment: str, method: str, metric: str, rnd: int, statistic: str):
+    """(mean, std over seeds (ddof 0), n, source) of the cell measured with the authors' released code
+    (``papers/authors_code.yaml``), or None."""
+    import statistics
+
+    for e in load_paper("authors_code")["entries"]:
+        if (e["experiment"], e["method"], e["statistic"]) != (experiment, method, statistic):
+            continue
+        vals = (e["cells"].get(metric) or {}).get(rnd)
+        if vals:
+            std = statistics.pstdev(vals) if len(vals) > 1 else float("nan")
+            return float(statistics.fmean(vals)), std, len(vals), f"{e['code']} ({e['config']}; seeds {e['seeds']})"
+    return None

@@ -18,7 +18,7 @@ import pandas as pd
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
-from fedbayes.reports.published import published_rounds, published_value
+from fedbayes.reports.published import authors_code_value, published_rounds, published_value
 
 TAG_METRICS = ("test/precision", "test/recall", "test/micro_f1", "test/macro_f1")   # FedEP Table 3 (StackOverflow)
 PERCENT = {"test/acc", "local/acc", *TAG_METRICS}
@@ -159,6 +159,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     mean = float(ok_vals.mean()) if len(ok_vals) else float("nan")
                     std = float(ok_vals.std(ddof=ddof)) if len(ok_vals) > ddof else float("nan")
                     has_pub = pub is not None and pub[0] is not None
+                    theirs = authors_code_value(exp, method, metric, at, spec["statistic"]) \
+                        if p["scale"] == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
                     note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
                     if has_pub is False and pub is not None and cell_st == "ok":
@@ -171,6 +173,10 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "published_mean": pub[0] if has_pub else float("nan"),
                         "published_std": pub[1] if has_pub else float("nan"),
                         "published_source": pub[2] if pub else "",
+                        "authors_code_mean": theirs[0] if theirs else float("nan"),
+                        "authors_code_std": theirs[1] if theirs else float("nan"),
+                        "authors_code_n": theirs[2] if theirs else float("nan"),
+                        "authors_code_source": theirs[3] if theirs else "",
                         "diff": diff, "tolerance": tol.get(metric, float("nan")),
                         "within_tol": (abs(diff) <= tol[metric]) if has_pub and metric in tol and not math.isnan(diff)
                         else None,
@@ -272,6 +278,8 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
         header.append(m)
         if df[df.metric == m]["published_source"].any():
             header += [f"{m} published", "Δ"]
+        if df[df.metric == m]["authors_code_source"].any():
+            header.append(f"{m} authors' code")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     df = df.assign(at=[_at(r) for _, r in df.iterrows()])
     for (exp, method, at), g in df.groupby(["experiment", "method", "at"], sort=False):
@@ -284,6 +292,9 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
             if f"{m} published" in header:
                 cells.append(_fmt(r.published_mean, r.published_std, None, digits))
                 cells.append(_delta(r, digits))
+            if f"{m} authors' code" in header:
+                cells.append(_fmt(r.authors_code_mean, r.authors_code_std, int(r.authors_code_n), digits)
+                             if r.authors_code_source else "")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -317,6 +328,8 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
                 ours = "— (" + r.note + ")"
             pub = _fmt(r.published_mean, r.published_std, None, digits) or ("—" if r.published_source else "")
             parts = [ours or "", pub] + ([_delta(r, digits)] if _delta(r, digits) else [])
+            if r.authors_code_source:
+                parts.append("authors' code " + _fmt(r.authors_code_mean, r.authors_code_std, int(r.authors_code_n), digits))
             cells.append(" / ".join(x for x in parts if x))
         lines.append("| " + " | ".join(cells) + " |")
     selected = df[df.status == "ok"][["experiment", "method", "point"]].drop_duplicates()
@@ -329,6 +342,11 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
 def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     spec = p["tables"][name]
     lines = _header(p, spec, name)
+    theirs = df[df.authors_code_source != ""][["experiment", "method", "authors_code_source"]].drop_duplicates()
+    if not theirs.empty:
+        lines += ["\"Authors' code\": the same cell measured with the authors' released code, run outside this "
+                  "repository on its own draws of the data (src/fedbayes/papers/authors_code.yaml):"]
+        lines += [f"{r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
     lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)
     lines += _not_run_notes(df)
     notes = spec.get("notes")
