@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbayes.methods.base import Method
+from fedbayes.methods.base import Method, prox_grad
 
 
 class FedADMM(Method):
@@ -26,7 +26,7 @@ class FedADMM(Method):
     def client_update(self, k, down, state, data, rng, rnd):
         w_g, v, alpha = down["w"], state["v"], float(self.hp["alpha"])
         # ∇ [vᵀw + (α/2)‖w − w_g‖²] = v + α (w − w_g)
-        res = self.local_train(w_g, data, rng, extra_grad=lambda w: v + alpha * (w - w_g), state=state)
+        res = self.local_train(w_g, data, rng, extra_grad=lambda w: v + alpha * prox_grad(w, w_g, self.hp), state=state)
         v_new = v + alpha * (res.w - w_g)
         return {"w": res.w, "v": v_new}, {**state, "v": v_new}, res.mean_loss
 
@@ -51,7 +51,7 @@ class FedDyn(Method):
         w_g, lam, a, wd = down["w"], state["lam"], self.alpha_k(k), float(self.hp.get("weight_decay", 0.0))
 
         def extra_grad(w):  # ∇ [a λᵀw + (a/2)‖w − w_g‖² + (wd/2)‖w‖²]
-            return a * lam + a * (w - w_g) + wd * w
+            return a * lam + a * prox_grad(w, w_g, self.hp) + wd * w
 
         res = self.local_train(w_g, data, rng, extra_grad=extra_grad, state=state)
         return {"w": res.w}, {**state, "lam": lam + (res.w - w_g)}, res.mean_loss

@@ -225,6 +225,20 @@ class FlatSGD:
         self.w.add_(d, alpha=-float(self.lr))
 
 
+def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:
+    """Gradient of the proximal term ``½‖w − w_g‖²`` (``prox_norm: squared``, the papers), or of
+    ``½‖w − w_g‖`` (``unsquared``: the FedLap/BayesADMM authors' baselines call torch.norm without
+    squaring it, spec 001 §6 item 5): ``(w − w_g) / (2‖w − w_g‖)``, 0 at w = w_g as torch.norm's."""
+    d = w - w_g
+    mode = hp.get("prox_norm", "squared")
+    if mode == "squared":
+        return d
+    if mode == "unsquared":
+        n = torch.linalg.vector_norm(d)
+        return d * (0.5 / n) if n > 0 else torch.zeros_like(d)
+    raise ValueError(f"prox_norm must be squared or unsquared, got {mode!r}")
+
+
 CLIENT_OPTIMIZER = ("fresh", "persistent")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbayes.methods.base import Method
+from fedbayes.methods.base import Method, prox_grad
 from fedbayes.methods.curvature import diag_ggn
 
 
@@ -43,7 +43,7 @@ class FedLap(Method):
         v, delta, n_k = state["v"], float(self.hp["delta"]), len(data)
 
         def extra_grad(w):  # ∇ (δ/N_k) [vᵀw + ½‖w − w_g‖²]
-            return (delta / n_k) * (v + (w - w_g))
+            return (delta / n_k) * (v + prox_grad(w, w_g, self.hp))
 
         res = self.local_train(start, data, rng, extra_grad=extra_grad, state=state)
         v_new = v + self.rho(k, rnd) * (res.w - w_g)

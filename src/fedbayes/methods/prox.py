@@ -6,12 +6,13 @@ Server:  w_g ← Σ_k (N_k/N) w_k
 
 from __future__ import annotations
 
+from fedbayes.methods.base import prox_grad
 from fedbayes.methods.fedavg import FedAvg
 
 
 class FedProx(FedAvg):
     def client_update(self, k, down, state, data, rng, rnd):
         w_g, alpha = down["w"], float(self.hp["alpha"])
-        # ∇ (α/2)‖w − w_g‖² = α (w − w_g)
-        res = self.local_train(w_g, data, rng, extra_grad=lambda w: alpha * (w - w_g), state=state)
+        # ∇ (α/2)‖w − w_g‖² = α (w − w_g)   (prox_norm: unsquared → α (w − w_g) / (2‖w − w_g‖))
+        res = self.local_train(w_g, data, rng, extra_grad=lambda w: alpha * prox_grad(w, w_g, self.hp), state=state)
         return {"w": res.w}, state, res.mean_loss
