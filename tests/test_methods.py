@@ -310,3 +310,19 @@ def test_feddyn_without_weight_decay_converges_to_the_mle():
         server, _ = run_round(m, server, states, datas, rnd)
         errors.append(np.abs(server["w"].numpy() - mle).max())
     assert errors[-1] < 0.01 and errors[-1] < 0.2 * errors[0]
+
+
+@pytest.mark.parametrize("mode", ["squared", "unsquared"])
+def test_prox_grad_is_the_gradient_of_the_proximal_term(mode):
+    """``prox_norm``: ½‖w − w_g‖² (papers) or ½‖w − w_g‖ (the authors' baselines), against autograd."""
+    from fedbayes.methods.base import prox_grad
+
+    g = torch.Generator().manual_seed(0)
+    w, w_g = torch.randn(50, generator=g, dtype=torch.float64), torch.randn(50, generator=g, dtype=torch.float64)
+    x = w.clone().requires_grad_(True)
+    d = torch.linalg.vector_norm(x - w_g)
+    (0.5 * d ** 2 if mode == "squared" else 0.5 * d).backward()
+    torch.testing.assert_close(prox_grad(w, w_g, {"prox_norm": mode}), x.grad)
+    assert torch.equal(prox_grad(w_g, w_g, {"prox_norm": "unsquared"}), torch.zeros_like(w))  # torch.norm's 0 at 0
+    with pytest.raises(ValueError, match="prox_norm"):
+        prox_grad(w, w_g, {"prox_norm": "cubed"})
