@@ -120,6 +120,7 @@ def test_build_table(table_params, tmp_path):
     assert np.isnan(df[df.metric == "test/ece"].authors_code_mean).all()
     assert set(df.point) == {"local_epochs=5"}
     assert (tmp_path / "reports" / "figures" / "table1_curves.png").stat().st_size > 10_000
+    assert (tmp_path / "reports" / "figures" / "table1_reliability.png").stat().st_size > 10_000  # ECE is a metric
     # the csv round-trips
     assert len(pd.read_csv(tmp_path / "reports" / "table1.csv")) == len(df)
 
@@ -270,3 +271,17 @@ def test_selection_on_the_mean_over_seeds(table_params, tmp_path):
     assert by["local_epochs=1"]["per_seed"] == pytest.approx([90.0, 50.0, 50.0])
     assert by["local_epochs=1"]["value"] == pytest.approx(190 / 3)
     assert "mean over seeds" in sweep_frame(p, exp, ["fedavg"]).criterion.iloc[0]
+
+
+def test_every_method_has_one_colour_distinct_within_its_family():
+    """One colour per method across the project's figures; the methods drawn in one row of panels (a
+    family) are told apart; a variant keeps its method's colour, dashed."""
+    from fedbayes.catalog import METHOD_VARIANTS
+    from fedbayes.reports.figures import FAMILIES, family_of, method_style
+
+    for fam, members in FAMILIES.items():
+        colours = [method_style(m)["color"] for m in members if m in METHOD_VARIANTS and m not in ("fedep", "fedsep")]
+        assert len(set(colours)) == len(colours), fam
+    assert all(family_of(m) != "other methods" for m in METHOD_VARIANTS)
+    assert method_style("bayesadmm@mean") == {**method_style("bayesadmm"), "ls": "--"}
+    assert method_style("my_new_method")["color"] == method_style("my_new_method")["color"]  # stable for outsiders

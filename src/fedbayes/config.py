@@ -184,6 +184,15 @@ def comparable_experiments(spec: dict) -> list[str]:
     published numbers: the paper's data has no faithful substitute here)."""
     return [x for x in spec["experiments"] if x not in spec.get("not_comparable", {})]
 
+def table_figures(name: str, spec: dict) -> list[str]:
+    """The figures a table writes under ``<reports>/figures/``: its learning curves, and reliability
+    diagrams where ECE is one of its metrics; none for a table with no experiment of ours."""
+    if not comparable_experiments(spec):
+        return []
+    stem = name.replace("/", "_")
+    return [f"{stem}_curves.png"] + ([f"{stem}_reliability.png"] if "test/ece" in spec.get("metrics", []) else [])
+
+
 def selection(params: dict, experiment: str) -> dict:
     """How a sweep point is chosen: the table metric/statistic at the experiment's last reported
     round (``params.selection``, updated by the experiment's own ``selection``), on the first seed, or

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
-                             seeds, selection, selection_seeds, swept_points, sweep_points)
+                             seeds, selection, selection_seeds, swept_points, sweep_points, table_figures)
 from fedbayes.catalog import split_variant
 
 SCALE = config["scale"]

@@ -52,7 +52,7 @@ for _table, _spec in config["tables"].items():
         output:
             csv=f"{REPORTS}/{_table}.csv",
             md=f"{REPORTS}/{_table}.md",
-            figure=[f"{REPORTS}/figures/{_table.replace('/', '_')}_curves.png"] if _exps else [],
+            figures=[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)],
         params:
             spec=json.dumps(_spec, sort_keys=True),
             runs=json.dumps(_pairs, sort_keys=True),

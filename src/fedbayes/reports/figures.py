@@ -1,8 +1,17 @@
-"""Learning curves (test accuracy and NLL per round, mean ± std over seeds, published points overlaid)."""
+"""Figures of a table: learning curves as small multiples and reliability diagrams.
+
+One colour per method across every figure of the project (``method_style``); a prediction variant
+(``bayesadmm@mean``) keeps its method's colour with a dashed line. Learning curves: a row of panels per
+method family, a column per (experiment, metric), mean ± std over seeds (seaborn), the published
+values as filled markers with error bars in the method's colour, one legend per row outside the axes,
+axis limits that keep every curve's end in view. Reliability diagrams: per method, the final round's
+15 confidence bins pooled over seeds (from metrics.json), with the ECE.
+"""
 
 from __future__ import annotations
 
-import os
+import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -10,67 +19,214 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from fedbayes.config import comparable_experiments, experiment_config, seeds
 from fedbayes.catalog import split_variant
+from fedbayes.config import comparable_experiments, experiment_config, seeds
+from fedbayes.fileio import save_figure_atomic
 
-PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats)", 1.0)]
+MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
+METRICS = {"test/acc": ("accuracy (%)", 100.0), "test/nll": ("NLL (nats)", 1.0), "test/ece": ("ECE", 1.0)}
+
+# Families: a row of panels each (a method not listed here gets the row "other methods").
+FAMILIES = {
+    "FedLap paper (Adam baselines and FedLap)": ["fedavg", "fedprox", "fedadmm", "feddyn", "fedlap", "fedlap_cov",
+                                                 "fedlap_func"],
+    "variational (IVON)": ["bayesadmm", "fedivon"],
+    "expectation propagation (SGD-M)": ["fedavgm", "fedpa", "fedep", "fedsep", "fedep_i", "fedep_m", "fedep_l",
+                                        "fedep_v", "fedsep_i", "fedsep_m", "fedsep_l", "fedsep_v"],
+    "online Laplace and FOLA's baselines (SGD)": ["fola", "fedcurv", "scaffold", "fednova", "fedbe"],
+}
+# Colours: one per method across every figure of the project, distinct within each family's panels; a
+# method from outside the project takes a colour from the spare list (by its name, so it is stable).
+COLORS = {
+    "fedavg": "#1f77b4", "fedprox": "#ff7f0e", "feddyn": "#2ca02c", "fedlap": "#d62728", "fedlap_cov": "#9467bd",
+    "fedlap_func": "#8c564b", "fedadmm": "#bcbd22",
+    "bayesadmm": "#e7298a", "fedivon": "#1b9e77",
+    "fedavgm": "#666666", "fedpa": "#bcbd22", "fedep": "#17becf", "fedsep": "#7570b3",
+    "fedep_i": "#17becf", "fedep_m": "#9edae5", "fedep_l": "#0e6f7a", "fedep_v": "#6baed6",
+    "fedsep_i": "#7570b3", "fedsep_m": "#c5b0d5", "fedsep_l": "#3f3a7a", "fedsep_v": "#b07aa1",
+    "fola": "#d95f02", "fedcurv": "#e6ab02", "scaffold": "#66a61e", "fednova": "#a6761d", "fedbe": "#7f7f7f",
+}
+SPARE = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
 
 
-def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
-    """Curves of the table's experiments that ran here (those whose data was unavailable are listed
-    in the figure's title instead); dashed lines mark rounds-to-target tables' targets."""
-    from fedbayes.reports.published import published_value
+def method_style(name: str) -> dict:
+    """``{"color", "ls"}`` of a table method name: the base method's colour, dashed for a variant."""
+    base, variant = split_variant(name)
+    color = COLORS.get(base) or SPARE[sum(map(ord, base)) % len(SPARE)]
+    return {"color": color, "ls": "--" if variant else "-"}
+
+
+def family_of(base: str) -> str:
+    return next((f for f, ms in FAMILIES.items() if base in ms), "other methods")
+
+
+def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
+    """(selected point, long frame round/seed/metric/value) of a table method on an experiment."""
     from fedbayes.reports.selection import run_dir, selected_point
+
+    base, variant = split_variant(method)
+    point = selected_point(p, exp, base)
+    frames = []
+    for s in seeds(p, exp, base):
+        h = pd.read_csv(run_dir(p, exp, base, point, s) / "history.csv")
+        for metric, (_, mult) in METRICS.items():
+            col = f"{variant}/{metric}" if variant else metric
+            if col in h:
+                keep = h[col].notna()
+                frames.append(pd.DataFrame({"round": h["round"][keep], "seed": s, "metric": metric,
+                                            "value": h[col][keep] * mult}))
+    return point, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["round", "seed", "metric", "value"])
+
+
+def _limits(ends: list[float], values: np.ndarray, metric: str) -> tuple[float, float] | None:
+    """y-limits from the curves after their first rounds (the initial model would squash the axis),
+    widened so that every curve's last value and every published point stays in view."""
+    if not len(values):
+        return None
+    lo, hi = np.nanpercentile(values, [2, 100])
+    lo, hi = min(lo, *ends), max(hi, *ends)
+    pad = 0.06 * (hi - lo if hi > lo else 1.0)
+    return (max(lo - pad, 0.0), hi + pad) if metric != "test/acc" else (max(lo - pad, 0.0), min(hi + pad, 100.0))
+
+
+def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
+    """Small multiples of the table's experiments that ran here (those whose data was unavailable are
+    named in the title instead); dashed horizontal lines mark rounds-to-target tables' targets."""
+    import seaborn as sns
+
+    from fedbayes.reports.published import published_value
     from fedbayes.reports.tables import experiment_status
 
     ours = comparable_experiments(spec)
     exps = [x for x in ours if experiment_status(p, x) == "ok"]
     skipped = [x for x in ours if x not in exps]
-    fig = Figure(figsize=(5.0 * len(PANELS), 3.4 * max(len(exps), 1)), layout="constrained")
-    FigureCanvasAgg(fig)
-    if skipped:
-        fig.suptitle("not run here (data unavailable): " + ", ".join(skipped), fontsize=9)
-    axes = fig.subplots(max(len(exps), 1), len(PANELS), squeeze=False)
-    for i, exp in enumerate(exps):
-        e = experiment_config(p, exp)
-        for target in spec.get("targets", {}).get(exp, []):
-            axes[i][0].axhline(target, ls="--", lw=0.8, color="grey")
-        ends = [[] for _ in PANELS]   # each curve's last value: the axis limits keep every curve's end in view
-        for method in [m for m in spec["methods"] if split_variant(m)[0] in e["methods"]]:
-            base, variant = split_variant(method)
-            point = selected_point(p, exp, base)
-            hist = [pd.read_csv(run_dir(p, exp, base, point, s) / "history.csv") for s in seeds(p, exp, base)]
-            for j, (metric, label, mult) in enumerate(PANELS):
+    metrics = [m for m in METRICS if m in ("test/acc", "test/nll") or m in spec.get("metrics", [])]
+    methods = {x: [m for m in spec["methods"] if split_variant(m)[0] in experiment_config(p, x)["methods"]] for x in exps}
+    families = list(dict.fromkeys(family_of(split_variant(m)[0]) for x in exps for m in methods[x]))
+    cols = [(x, metric) for x in exps for metric in metrics]
+    with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
+        fig = Figure(figsize=(2.9 * max(len(cols), 1) + 3.2, 2.3 * max(len(families), 1) + 0.6), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(max(len(families), 1), max(len(cols), 1), squeeze=False, sharex="col")
+        title = spec.get("title", "")
+        if skipped:
+            title += ("\n" if title else "") + "not run here (data unavailable): " + ", ".join(skipped)
+        fig.suptitle(title, fontsize=10)
+        data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
+        for i, fam in enumerate(families):
+            for j, (x, metric) in enumerate(cols):
                 ax = axes[i][j]
-                col = f"{variant}/{metric}" if variant else metric
-                keep = hist[0][col].notna().to_numpy()  # rounds this prediction was evaluated (eval_every)
-                rounds = hist[0]["round"].to_numpy()[keep]
-                vals = np.stack([h[col].to_numpy()[keep] for h in hist]) * mult
-                mean, std = vals.mean(0), vals.std(0)
-                ends[j].append(mean[-1])
-                color = f"C{spec['methods'].index(method) % 10}"  # one colour per method in every panel
-                line, = ax.plot(rounds, mean, color=color, label=f"{method} {point} (ours, {len(hist)} seeds)")
-                ax.fill_between(rounds, mean - std, mean + std, alpha=0.25, color=line.get_color())
-                pubs = [(r, published_value(spec.get("published", []), exp, method, metric, r))
-                        for r in e["report_rounds"]] if p["scale"] == "paper" else []
-                pubs = [(r, v) for r, v in pubs if v and v[0] is not None]
-                if pubs:
-                    ax.errorbar([r for r, _ in pubs], [v[0] for _, v in pubs], yerr=[v[1] for _, v in pubs],
-                                fmt="o", color=line.get_color(), mfc="white", capsize=3,
-                                label=f"{method} published ({pubs[0][1][2]})")
-                ax.set_title(f"{exp}")
-                ax.set_xlabel("round")
-                ax.set_ylabel(label)
-                ax.grid(alpha=0.3)
-        for j, (col, _, _) in enumerate(PANELS):
-            lo = {"test/acc": 50}.get(col)
-            if lo is not None:
-                axes[i][j].set_ylim(bottom=min([lo, *(10 * np.floor(v / 10) - 5 for v in ends[j] if v < lo + 5)]))
-            if col == "test/nll":
-                axes[i][j].set_ylim(0.3, max([1.5, *(v + 0.2 for v in ends[j])]))
-        axes[i][-1].legend(fontsize=7, loc="upper right")  # the NLL panel's upper part is empty
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+                e = experiment_config(p, x)
+                ends, values = [], []
+                for method in [m for m in methods[x] if family_of(split_variant(m)[0]) == fam]:
+                    point, h = data[(x, method)]
+                    h = h[h.metric == metric]
+                    if h.empty:
+                        continue
+                    st = method_style(method)
+                    sns.lineplot(data=h, x="round", y="value", errorbar="sd", ax=ax, color=st["color"],
+                                 linestyle=st["ls"], linewidth=1.2, label=method)
+                    mean = h.groupby("round")["value"].mean()
+                    ends.append(float(mean.iloc[-1]))
+                    values.append(mean[mean.index >= min(3, mean.index.max())].to_numpy())
+                    pubs = [(r, published_value(spec.get("published", []), x, method, metric, r))
+                            for r in e["report_rounds"]] if p["scale"] == "paper" else []
+                    pubs = [(r, v) for r, v in pubs if v and v[0] is not None]
+                    if pubs:
+                        ys = [v[0] for _, v in pubs]
+                        ax.errorbar([r for r, _ in pubs], ys, yerr=[0 if math.isnan(v[1]) else v[1] for _, v in pubs],
+                                    fmt="o", ms=4, color=st["color"], mec="black", mew=0.5, capsize=2.5, zorder=5,
+                                    label="published (mean ± std), in the method's colour")
+                        ends += ys
+                if metric == "test/acc":
+                    for target in spec.get("targets", {}).get(x, []):
+                        ax.axhline(target, ls=":", lw=0.8, color="grey")
+                lim = _limits(ends, np.concatenate(values) if values else np.array([]), metric)
+                if lim:
+                    ax.set_ylim(*lim)
+                if ax.get_legend():
+                    ax.get_legend().remove()
+                ax.set_title(f"{x} · {METRICS[metric][0]}" if i == 0 else "", fontsize=8)
+                ax.set_xlabel("round" if i == len(families) - 1 else "")
+                ax.set_ylabel(fam.split(" (")[0] if j == 0 else "", fontsize=8)
+            handles, labels = {}, []
+            for ax in axes[i]:
+                for hnd, lab in zip(*ax.get_legend_handles_labels()):
+                    if lab not in handles:
+                        handles[lab] = hnd
+            pub = "published (mean ± std), in the method's colour"
+            if pub in handles:  # one black proxy for every method's published markers
+                from matplotlib.lines import Line2D
+
+                handles[pub] = Line2D([], [], ls="", marker="o", ms=4, color="white", mec="black", mew=0.8)
+                handles[pub] = handles.pop(pub)
+            if handles:
+                axes[i][-1].legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                                   fontsize=7, frameon=False, title=fam, title_fontsize=7)
+        return save_figure_atomic(fig, path, dpi=110)
+
+
+def reliability(p: dict, spec: dict, path: str | Path) -> Path:
+    """Reliability diagrams of every method of the table on each experiment that ran here: the final
+    round's 15 equal-width confidence bins (accuracy per bin against its mean confidence), counts
+    pooled over seeds, the ECE of the pooled bins in the title. The method's own prediction (the
+    stored bins are those of its main variant, e.g. BayesADMM's MC predictive)."""
+    import seaborn as sns
+
+    from fedbayes.reports.selection import run_dir, selected_point
+    from fedbayes.reports.tables import experiment_status
+
+    exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
+    bases = list(dict.fromkeys(split_variant(m)[0] for m in spec["methods"]))
+    cells = [(x, b) for x in exps for b in bases if b in experiment_config(p, x)["methods"]]
+    if not cells:  # every experiment's data unavailable here: the figure says so
+        fig = Figure(figsize=(6, 1.2))
+        FigureCanvasAgg(fig)
+        fig.text(0.5, 0.5, f"{spec.get('title', '')}: no run here (data unavailable)", ha="center", va="center")
+        return save_figure_atomic(fig, path)
+    ncol = min(6, len(bases))
+    rows_per_exp = math.ceil(len(bases) / ncol)
+    with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
+        fig = Figure(figsize=(2.1 * ncol, 2.2 * rows_per_exp * len(exps) + 0.5), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(rows_per_exp * len(exps), ncol, squeeze=False)
+        for ax in axes.flat:
+            ax.set_visible(False)
+        fig.suptitle(f"{spec.get('title', '')}: reliability at the final round (bins pooled over seeds; bar = "
+                     f"accuracy in the bin, hatched = gap to its mean confidence, diagonal = perfect calibration; "
+                     f"bins of fewer than {MIN_BIN} points not drawn)", fontsize=9)
+        for xi, x in enumerate(exps):
+            placed = [b for b in bases if b in experiment_config(p, x)["methods"]]
+            for k, base in enumerate(placed):
+                ax = axes[xi * rows_per_exp + k // ncol][k % ncol]
+                ax.set_visible(True)
+                point = selected_point(p, x, base)
+                bins = [json.loads((run_dir(p, x, base, point, s) / "metrics.json").read_text()).get("reliability", [])
+                        for s in seeds(p, x, base)]
+                if not bins or not all(bins):
+                    ax.set_title(f"{base}\n{x}: no bins", fontsize=7)
+                    continue
+                lower = np.array([b["lower"] for b in bins[0]])
+                upper = np.array([b["upper"] for b in bins[0]])
+                n = np.array([[b["count"] for b in bb] for bb in bins], dtype=float).sum(0)
+                acc = np.array([[(b["acc"] or 0) * b["count"] for b in bb] for bb in bins]).sum(0)
+                conf = np.array([[(b["conf"] or 0) * b["count"] for b in bb] for bb in bins]).sum(0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    acc_b, conf_b = acc / n, conf / n
+                ece = float(np.nansum(n / n.sum() * np.abs(acc_b - conf_b)))
+                acc_b[n < MIN_BIN], conf_b[n < MIN_BIN] = np.nan, np.nan   # too few points to read
+                st = method_style(base)
+                ax.bar(lower, np.nan_to_num(acc_b), width=upper - lower, align="edge", color=st["color"], alpha=0.8,
+                       edgecolor="white", linewidth=0.4)
+                ax.bar(lower, np.nan_to_num(conf_b - acc_b), bottom=np.nan_to_num(acc_b), width=upper - lower,
+                       align="edge", color="none", edgecolor="crimson", hatch="///", linewidth=0.4)
+                ax.plot([0, 1], [0, 1], color="black", lw=0.8, ls="--")
+                ax.set_xlim(0, 1)
+                ax.set_ylim(0, 1)
+                ax.set_title(f"{base} · {x}\nECE {ece:.3f}", fontsize=7)
+                ax.tick_params(labelsize=6)
+                if k % ncol == 0:
+                    ax.set_ylabel("accuracy", fontsize=7)
+                ax.set_xlabel("confidence", fontsize=7)
+        return save_figure_atomic(fig, path, dpi=110)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.config import comparable_experiments, experiment_config, paths, seeds, table_figures
 from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
 from fedbayes.reports.published import authors_code_value, published_rounds, published_value
@@ -356,18 +356,17 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
 
 
 def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
-    """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus
-    learning-curve figures under ``reports/figures/`` (none for a table whose experiments are all
-    ``not_comparable``: nothing of ours to draw)."""
-    from fedbayes.reports.figures import learning_curves
+    """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus its
+    figures under ``reports/figures/`` (``config.table_figures``: learning curves, and reliability
+    diagrams where ECE is a metric; none for a table whose experiments are all ``not_comparable``)."""
+    from fedbayes.reports.figures import learning_curves, reliability
 
     out = Path(out)
     df = table_rows(p, name)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
     write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
     spec = p["tables"][name]
-    if not comparable_experiments(spec):
-        return df
     fig_dir = Path(paths(p)["reports"]) / "figures"
-    learning_curves(p, spec, fig_dir / f"{name.replace('/', '_')}_curves.png")
+    for f in table_figures(name, spec):
+        (learning_curves if f.endswith("_curves.png") else reliability)(p, spec, fig_dir / f)
     return df
