@@ -136,6 +136,11 @@ def check_semantics(params: dict) -> None:
             elif variant not in METHODS[base]:
                 problems.append(f"tables.{t}: {base} has no prediction variant {variant!r} "
                                 f"(it has {sorted(v for v in METHODS[base] if v)})")
+        for name, as_ in spec.get("published_as", {}).items():
+            if name not in spec["methods"]:
+                problems.append(f"tables.{t}.published_as: {name!r} is not in tables.{t}.methods")
+            if split_variant(as_)[0] not in METHODS:
+                problems.append(f"tables.{t}.published_as.{name}: unknown method {as_!r}")
         for ref in spec.get("published", []):
             paper, table = ref.split(":")
             try:

@@ -153,7 +153,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         vals = np.array([cell_value(m, metric, at, spec["statistic"]) for m in runs])
                     pub = None
                     if p["scale"] == "paper":
-                        pub = published_value(refs, exp, method, metric, **({"rnd": at} if key == "round" else {"target": at}))
+                        pub = published_value(refs, exp, spec.get("published_as", {}).get(method, method), metric,
+                                              **({"rnd": at} if key == "round" else {"target": at}))
                     missed = int(np.isnan(vals).sum()) if len(vals) else 0
                     ok_vals = vals if not missed else np.array([])  # a target missed by any seed: blank
                     mean = float(ok_vals.mean()) if len(ok_vals) else float("nan")
