@@ -88,16 +88,15 @@ def test_unknown_key_is_refused(params, schema):
 def test_scale_smoke_overrides(params):
     params["scale"] = "smoke"
     assert seeds(params) == params["smoke"]["seeds"]
-    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=1")
+    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=5")
     assert cfg["rounds"] == params["smoke"]["experiment"]["rounds"]
-    assert cfg["hparams"]["local_epochs"] == 1  # the sweep point wins over smoke.train
+    assert cfg["hparams"]["local_epochs"] == 5 != params["smoke"]["train"]["local_epochs"]  # the sweep point wins
     assert len(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == params["smoke"]["sweep_limit"]
     assert paths(params)["runs"].endswith("/smoke")
 
 
 def test_sweep_points_and_overrides(params):
-    assert list(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == [
-        "local_epochs=1", "local_epochs=5", "local_epochs=10"]
+    assert list(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == ["local_epochs=5", "local_epochs=10"]
     p = copy.deepcopy(params)
     p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 2], "lr": [0.1, 0.01]},
                               "overrides": {"fmnist10-dir-k10": {"sweep": {"lr": [0.5]}}}}
