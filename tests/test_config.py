@@ -619,6 +619,17 @@ def test_model_keys_match_the_builders():
             models.build_model(name, (1, 4, 4), 2, **defaults)
 
 
+@pytest.mark.parametrize("section, name", [
+    ("tables", "../evil"), ("tables", "/abs"), ("tables", "a/../../b"), ("tables", "fedlap/x/y"),
+    ("tables", "a/"), ("methods", "../fedavg"), ("methods", "fed avg"), ("experiments", "../x"),
+    ("experiments", "a/b"),
+])
+def test_output_names_cannot_leave_their_directory(params, schema, section, name):
+    first = next(iter(params[section]))
+    params[section][name] = copy.deepcopy(params[section][first])
+    bad(params, schema, rf"{section}.*{re_key(repr(name))}")
+
+
 def test_names_that_would_be_silently_unused_are_refused(params, schema):
     p = copy.deepcopy(params)
     p["methods"]["fedavgg"] = {"lr": 0.1}
