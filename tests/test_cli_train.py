@@ -1,8 +1,14 @@
 """`fedbayes train` checks every argument before it touches a file, never overwrites another run's
-directory or another configuration's partition file."""
+directory or another configuration's partition file, and refuses a second trainer on a run directory
+that one is training (instead of racing it on the same files)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +158,76 @@ def cli_partition(d, capsys, out):
                   "--out", str(out)])
         raise SystemExit(0)
     return ex.value.code, capsys.readouterr().err
+
+
+def test_own_stale_partition_is_rewritten_and_the_run_trains(setup, capsys, monkeypatch):
+    """This (experiment, seed)'s own file is rewritten when params changed its configuration (training
+    has no partition job upstream); every file the run writes goes through a temporary name unique to
+    the process (two writers never share one), and the run holds a lock on its directory meanwhile."""
+    d, p = setup
+    own = part_file(p)
+    save_partition_of(p, "synth-b", 0, own, 5)  # as if synth-a had had 5 clients
+    replaced = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append((Path(a).name, Path(b).name)), real(a, b)))
+    code, err = train(d, capsys)
+    assert code == 0, err
+    from fedbayes.partition import load_partition
+
+    assert load_partition(own)[1]["clients"] == 4
+    run = run_dir(p)
+    assert (run / "history.csv").exists() and (run / "run.json").exists()
+    ours = [(a, b) for a, b in replaced if b in {"seed0.npz", "history.csv", "run.json", "predictions.npz",
+                                                 "posterior.pt", "checkpoint.pt"}]  # not the data fetch's
+    assert {"seed0.npz", "history.csv", "run.json", "predictions.npz", "posterior.pt"} <= {b for _, b in ours}
+    assert all(f".{os.getpid()}." in a for a, _ in ours), ours
+    assert sorted(f.name for f in run.iterdir()) == ["history.csv", "posterior.pt", "predictions.npz", "run.json"]
+    assert (run.parent / ".seed0.train.lock").exists()  # beside the run, released (the kernel's flock)
+
+
+def test_a_second_trainer_on_a_run_directory_fails_at_once(setup, tmp_path):
+    d, p = setup
+    params = yaml.safe_load((d / "params.yaml").read_text())
+    params["experiments"]["synth-a"]["rounds"] = 500  # long enough to be running while the second starts
+    params["experiments"]["synth-a"]["report_rounds"] = [500]
+    (d / "params.yaml").write_text(yaml.safe_dump(params))
+    cmd = [sys.executable, "-m", "fedbayes.cli", "train", "--params", str(d / "params.yaml"), "--experiment",
+           "synth-a", "--method", "fedavg", "--point", "local_epochs=1", "--seed", "0", "--threads", "1",
+           "--partition", str(part_file(p)), "--out", str(run_dir(p))]
+    log = tmp_path / "first.log"
+    with open(log, "w") as fh:
+        first = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while "round   1/500" not in log.read_text():
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() - t0 < 300
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert f"{run_dir(p)} is being trained by another process (pid {first.pid} holds" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None  # the first is untouched and still training
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+
+def test_atomic_writes_use_a_temporary_name_unique_to_the_process(tmp_path, monkeypatch):
+    """Two processes writing one file (two trainers, two table jobs) never write into one temporary file;
+    a failed write leaves no temporary file behind."""
+    from matplotlib.figure import Figure
+
+    from fedbayes.fileio import atomic_target, save_figure_atomic, write_text_atomic
+
+    replaced = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append(Path(a).name), real(a, b)))
+    write_text_atomic(tmp_path / "a.json", "{}")
+    save_figure_atomic(Figure(), tmp_path / "b.png")
+    assert replaced == [f"a.json.{os.getpid()}.tmp", f"b.{os.getpid()}.tmp.png"]
+    with pytest.raises(RuntimeError), atomic_target(tmp_path / "c.txt") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["a.json", "b.png"]

@@ -210,9 +210,25 @@ def check_train_args(p: dict, args) -> dict:
 
 
 def cmd_train(args) -> None:
+    from fedbayes.config import ConfigError
+    from fedbayes.fileio import LockHeld, try_exclusive_lock
+
     p = _params(args)
     cfg = check_train_args(p, args)  # before any file is touched
-    _train(p, args, cfg)
+    try:
+        lock = try_exclusive_lock(train_lock(args.out))
+    except LockHeld as e:
+        raise ConfigError(f"{args.out} is being trained by another process (pid {e.holder or '?'} holds {e.path}); "
+                          "two trainers on one run would write the same files: let it finish or stop it") from None
+    with lock:
+        _train(p, args, cfg)
+
+
+def train_lock(out: str | Path) -> Path:
+    """The lock a trainer holds on its run directory: a hidden file beside it, so that the directory itself
+    stays as training leaves it (nothing in it before the run has checked its data and partition)."""
+    out = Path(out).resolve()
+    return out.with_name(f".{out.name}.train.lock")
 
 
 def _train(p: dict, args, cfg: dict) -> None:

@@ -104,13 +104,35 @@ def load_yaml(text: str):
 _LOADER = None
 
 
+def temp_path(path: str | Path, keep_suffix: bool = False) -> Path:
+    """A temporary name beside ``path`` that no other process uses (its pid in the name), so two writers
+    of one file never write into the same temporary file: ``<name>.<pid>.tmp``, or with ``keep_suffix``
+    ``<stem>.<pid>.tmp<suffix>`` for writers that go by the suffix (``.npz``, ``.png``)."""
+    path = Path(path)
+    if keep_suffix:
+        return path.with_name(f"{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def atomic_target(path: str | Path, keep_suffix: bool = False):
+    """Yield a :func:`temp_path` to write; on success it replaces ``path`` (``os.replace``), on an error
+    it is removed."""
+    tmp = temp_path(path, keep_suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        tmp.write_text(text)
     return path
 
 
@@ -118,10 +140,49 @@ def save_figure_atomic(fig, path: str | Path, dpi: int = 110) -> Path:
     """Save a matplotlib ``Figure`` as PNG via a temporary file and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=dpi)
-    os.replace(tmp, path)
+    with atomic_target(path, keep_suffix=True) as tmp:
+        fig.savefig(tmp, dpi=dpi)
     return path
+
+
+class LockHeld(BlockingIOError):
+    """Another process holds the lock (:func:`try_exclusive_lock`); ``holder`` is its pid if it wrote one."""
+
+    def __init__(self, path: Path, holder: str):
+        super().__init__(f"{path} is held by {holder or 'another process'}")
+        self.path, self.holder = path, holder
+
+
+def try_exclusive_lock(lock: str | Path):
+    """Take an exclusive ``flock`` on the file ``lock`` (created if missing) without waiting: a context
+    manager holding it, or :class:`LockHeld` at once when another process holds it. The holder's pid is
+    written into the file. The kernel releases the lock when its holder dies."""
+    import fcntl
+
+    lock = Path(lock)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(lock, "a+")  # not "w": truncating would erase the holder's pid
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip()
+        fh.close()
+        raise LockHeld(lock, holder) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+
+    @contextmanager
+    def held():
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
+    return held()
 
 
 @contextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ from matplotlib.figure import Figure
 
 from fedbayes.config import comparable_experiments, experiment_config, seeds
 from fedbayes.catalog import split_variant
+from fedbayes.fileio import atomic_target
 
 PANELS = [("test/acc", "test accuracy (%)", 100.0), ("test/nll", "test NLL (nats)", 1.0)]
 
@@ -71,6 +71,5 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> None:
         axes[i][-1].legend(fontsize=7, loc="upper right")  # the NLL panel's upper part is empty
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    with atomic_target(path, keep_suffix=True) as tmp:
+        fig.savefig(tmp, dpi=110)
