@@ -549,6 +549,13 @@ def test_sweep_grid_values_get_the_rule_of_their_hyperparameter(params, schema, 
     bad(params, schema, key)
 
 
+def test_every_sweepable_hyperparameter_has_a_rule(schema):
+    """A grid value is checked by its hyperparameter's rule in $defs/hparams: a name the grid accepts
+    without such a rule would go unchecked."""
+    grid = set(schema["$defs"]["grid"]["propertyNames"]["enum"])
+    assert grid <= set(schema["$defs"]["hparams"]["properties"]), grid - set(schema["$defs"]["hparams"]["properties"])
+
+
 @pytest.mark.parametrize("path", [
     ("experiments", "fmnist10-iid-k10", "train", "lr"), ("methods", "fedavg", "lr"),
     ("experiments", "fmnist10-dir-k10", "partition", "alpha2"), ("experiments", "fmnist10-iid-k10", "subsample"),
