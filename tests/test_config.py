@@ -642,12 +642,6 @@ def test_names_that_would_be_silently_unused_are_refused(params, schema):
     p["methods"]["fedavgg"] = {"lr": 0.1}
     bad(p, schema, r"methods\.fedavgg: unknown method")
     p = copy.deepcopy(params)
-    p["methods"]["fedprox"]["overrides"]["fmnist10-iid-k1O"] = {"lr": 0.1}
-    bad(p, schema, r"methods\.fedprox\.overrides\.fmnist10-iid-k1O: unknown experiment")
-    p = copy.deepcopy(params)
-    p["smoke"]["experiments"]["fmnist-dir-k1000"] = {"clients": 3}
-    bad(p, schema, r"smoke\.experiments\.fmnist-dir-k1000: unknown experiment")
-    p = copy.deepcopy(params)
     p["smoke"]["hparams"]["sweep"] = {"lr": [0.1]}
     bad(p, schema, r"smoke\.hparams\.sweep")
     p = copy.deepcopy(params)
