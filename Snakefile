@@ -6,9 +6,14 @@
 import yaml
 from snakemake.utils import min_version
 
-from fedbayes.config import validate
+from fedbayes.config import load_params_text, validate
 
 min_version("9.0")
+
+
+# params.yaml as written, through fedbayes' loader first: Snakemake's own YAML loader keeps the last of
+# two equal keys silently and expands an alias bomb (ConfigError naming the key and line, or the bomb).
+load_params_text(Path(workflow.basedir, "params.yaml"))
 
 
 configfile: "params.yaml"

@@ -90,7 +90,7 @@ def test_scale_smoke_overrides(params):
     assert seeds(params) == params["smoke"]["seeds"]
     cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=5")
     assert cfg["rounds"] == params["smoke"]["experiment"]["rounds"]
-    assert cfg["hparams"]["local_epochs"] == 5  # the sweep point wins over smoke.train (1)
+    assert cfg["hparams"]["local_epochs"] == 5 != params["smoke"]["train"]["local_epochs"]  # the sweep point wins
     assert len(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == params["smoke"]["sweep_limit"]
     assert paths(params)["runs"].endswith("/smoke")
 
@@ -348,7 +348,21 @@ def _leaf_paths(p: dict) -> dict:
     for t in p["tables"]:
         sites += [(("tables", t, "experiments", 0), "name"), (("tables", t, "methods", 0), "name"),
                   (("tables", t, "statistic"), "enum")]
+    # sweep-grid values: every item of a grid, fixed or per experiment, gets its hyperparameter's rule
+    for m, spec in p["methods"].items():
+        grids = [(("methods", m, "sweep"), (spec or {}).get("sweep"))]
+        grids += [(("methods", m, "overrides", e, "sweep"), (o or {}).get("sweep"))
+                  for e, o in ((spec or {}).get("overrides") or {}).items()]
+        for where, grid in grids:
+            for k, values in (grid or {}).items():
+                if k in GRID_KINDS:
+                    sites += [(where + (k, i), GRID_KINDS[k]) for i in range(len(values))]
     return dict(sites)
+
+
+GRID_KINDS = {"local_epochs": "int", "batch_size": "int", "server_iters": "int", "lr": "pos", "delta": "pos",
+              "server_lr": "pos", "h0": "pos", "gamma": "pos", "dual_damping": "pos", "alpha": "nonneg",
+              "weight_decay": "nonneg", "tau": "nonneg", "lambda_prior": "nonneg", "optimizer": "enum"}
 
 
 def _malformed(kind):
@@ -357,10 +371,15 @@ def _malformed(kind):
     junk = st.one_of(st.none(), st.booleans(), st.lists(st.integers(), max_size=2),
                      st.dictionaries(st.text(max_size=3), st.integers(), max_size=1))
     word = st.text("abcdefghijklmnopqrstuvwxyz_-0123456789", min_size=1, max_size=12).map(lambda s: "zz" + s)
+    nonfinite = st.sampled_from([float("nan"), float("inf"), float("-inf")])
     return {
-        "int": st.one_of(junk, word, st.integers(max_value=0), st.floats(0.01, 1e3).filter(lambda v: v != int(v))),
-        "pos": st.one_of(junk, word, st.floats(max_value=0, allow_nan=False), st.integers(max_value=0)),
-        "fraction": st.one_of(junk, word, st.floats(max_value=0, allow_nan=False), st.floats(min_value=1.0001)),
+        "int": st.one_of(junk, word, st.integers(max_value=0), st.floats(0.01, 1e3).filter(lambda v: v != int(v)),
+                         st.integers(1, 1000).map(float), nonfinite),  # 4.0 is not an integer
+        "pos": st.one_of(junk, word, st.floats(max_value=0, allow_nan=False), st.integers(max_value=0), nonfinite),
+        "nonneg": st.one_of(junk, word, st.floats(max_value=-1e-9, allow_nan=False), st.integers(max_value=-1),
+                            nonfinite),
+        "fraction": st.one_of(junk, word, st.floats(max_value=0, allow_nan=False), st.floats(min_value=1.0001),
+                              nonfinite),
         "enum": st.one_of(junk, word),
         "name": st.one_of(junk, word),
     }[kind]
@@ -380,7 +399,10 @@ def test_fuzz_malformed_params_get_a_clear_error_naming_the_key(pristine):
         path, kind = draw(st.sampled_from(sorted(sites.items(), key=str)))
         return path, kind, draw(_malformed(kind))
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+    assert any(path[2] == "sweep" or path[4:5] == ("sweep",) for path in sites if path[0] == "methods")
+    assert {"pos", "int", "nonneg"} <= {kind for path, kind in sites.items() if path[0] == "methods"}
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
     @given(mutation())
     def check(m):
         path, kind, value = m
@@ -396,6 +418,80 @@ def test_fuzz_malformed_params_get_a_clear_error_naming_the_key(pristine):
         named = dotted in msg or (isinstance(value, str) and repr(value) in msg) or \
             ".".join(map(str, path[:-1])) in msg  # a list item: jsonschema names the item, we the list
         assert named, f"{dotted} = {value!r}: the error does not name it:\n{msg}"
+
+    check()
+
+
+def _yaml_sites(text: str) -> tuple[list, list]:
+    """From params.yaml as written: (line index, key) of block-mapping lines ``key: scalar`` that can be
+    repeated, and (start, end, dotted path) of numeric scalars (the first path that reaches them)."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    lines, numbers, seen = [], [], set()
+
+    def walk(node, path):
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if (not node.flow_style and isinstance(v, yaml.ScalarNode) and v.style is None
+                        and k.start_mark.line == v.end_mark.line
+                        and text.splitlines()[k.start_mark.line].lstrip().startswith(k.value)):  # not `- key: v`
+                    lines.append((k.start_mark.line, k.value))
+                walk(v, path + (k.value,))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, path + (i,))
+        elif node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+            numbers.append((node.start_mark.index, node.end_mark.index, ".".join(map(str, path))))
+
+    walk(root, ())
+    return lines, numbers
+
+
+def test_fuzz_malformed_yaml_gets_a_clear_error_naming_the_key_or_line(tmp_path, repo):
+    """params.yaml as written, one fault each: a repeated key (PyYAML would keep the last silently), a
+    non-finite number (``.nan``, ``.inf``) anywhere, an alias bomb anywhere; each is refused at load by a
+    ConfigError naming the key and line, the dotted key, or the expansion, in well under a second."""
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    text = (repo / "params.yaml").read_text()
+    f = write_params(tmp_path, repo, text)
+    lines, numbers = _yaml_sites(text)
+    top = [i for i, ln in enumerate(text.splitlines(keepends=True)) if ln[:1].isalpha()]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+    @given(st.data())
+    def check(data):
+        kind = data.draw(st.sampled_from(["duplicate", "nonfinite", "bomb"]))
+        src = text.splitlines(keepends=True)
+        if kind == "duplicate":
+            at, key = data.draw(st.sampled_from(lines))
+            src.insert(at + 1, src[at])
+            want = rf"duplicate key {re_key(repr(key))} at line {at + 2}"
+        elif kind == "nonfinite":
+            start, end, dotted = data.draw(st.sampled_from(numbers))
+            bad_value = data.draw(st.sampled_from([".nan", ".inf", "-.inf", ".NaN"]))
+            src = [text[:start] + bad_value + text[end:]]
+            want = re_key(dotted) + r": .* not a finite number"
+        else:
+            at = data.draw(st.sampled_from(top))
+            depth = data.draw(st.integers(5, 9))
+            bomb = "zzbomb:\n" + "  l0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+                f"  l{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, depth))
+            src.insert(at, bomb)
+            want = r"aliases expand to more than \d+ nodes"
+        f.write_text("".join(src))
+        t0 = time.perf_counter()
+        where = "" if kind == "nonfinite" else rf"{re_key(str(f))}[\s\S]*"  # load errors name the file
+        with pytest.raises(ConfigError, match=where + want):
+            load_params(f)
+        assert time.perf_counter() - t0 < 2
 
     check()
 
@@ -446,3 +542,229 @@ def test_default_valued_hparams_are_left_out_of_the_run_configuration(params):
     p["methods"]["fedavg"].pop("client_optimizer")
     assert run_config(p, "fmnist-shards-k200", "fedavg", 0, "local_epochs=2") == before
     assert run_config(params, "fmnist10-dir-k10", "fedavg", 0, "local_epochs=5")["hparams"]["client_optimizer"] == "persistent"
+
+
+# ------------------------------------------------------------------ every value that reaches a run is checked
+# A value reaches a run fixed, per experiment, through the smoke overlay or as a sweep-grid point: each is
+# held to the same rule, and refused before any job with its dotted key.
+
+@pytest.mark.parametrize("where, grid, key", [
+    (("methods", "fedavg"), {"lr": [0.1, -0.1]}, r"methods\.fedavg\.sweep\.lr\.1"),
+    (("methods", "fedavg"), {"optimizer": ["adamw"]}, r"methods\.fedavg\.sweep\.optimizer\.0"),
+    (("methods", "fedavg"), {"local_epochs": [5.0]}, r"methods\.fedavg\.sweep\.local_epochs\.0"),
+    (("methods", "fedavg"), {"local_epochs": [0]}, r"methods\.fedavg\.sweep\.local_epochs\.0"),
+    (("methods", "fedprox", "overrides", "fmnist10-iid-k10"), {"alpha": [-1.0]},
+     r"methods\.fedprox\.overrides\.fmnist10-iid-k10\.sweep\.alpha\.0"),
+    (("methods", "fedlap", "overrides", "fmnist10-dir-k10"), {"delta": ["big"]},
+     r"methods\.fedlap\.overrides\.fmnist10-dir-k10\.sweep\.delta\.0"),
+])
+def test_sweep_grid_values_get_the_rule_of_their_hyperparameter(params, schema, where, grid, key):
+    node = params
+    for k in where:
+        node = node.setdefault(k, {})
+    node["sweep"] = grid
+    bad(params, schema, key)
+
+
+def test_every_sweepable_hyperparameter_has_a_rule(schema):
+    """A grid value is checked by its hyperparameter's rule in $defs/hparams: a name the grid accepts
+    without such a rule would go unchecked."""
+    grid = set(schema["$defs"]["grid"]["propertyNames"]["enum"])
+    assert grid <= set(schema["$defs"]["hparams"]["properties"]), grid - set(schema["$defs"]["hparams"]["properties"])
+
+
+@pytest.mark.parametrize("path", [
+    ("experiments", "fmnist10-iid-k10", "train", "lr"), ("methods", "fedavg", "lr"),
+    ("experiments", "fmnist10-dir-k10", "partition", "alpha2"), ("experiments", "fmnist10-iid-k10", "subsample"),
+    ("tables", "table1", "tolerance", "test/acc"), ("methods", "fedavg", "sweep", "lr"),
+])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_refused(params, schema, path, value):
+    node = params
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = [value] if path[-1] == "lr" and path[-2] == "sweep" else value
+    bad(params, schema, re_key(".".join(path)))
+
+
+def re_key(dotted):
+    import re
+
+    return re.escape(dotted)
+
+
+@pytest.mark.parametrize("path, value", [
+    (("experiments", "fmnist10-iid-k10", "clients"), 4.0), (("seeds",), [0.0, 1]),
+    (("experiments", "fmnist10-iid-k10", "train", "local_epochs"), 5.0),
+    (("experiments", "fmnist10-iid-k10", "report_rounds"), [10, 50.0]),
+    (("methods", "fedlap_func", "server_iters"), 100.0), (("smoke", "sweep_limit"), 2.0),
+    (("experiments", "fmnist10-iid-k10", "seeds"), [0.0]),
+])
+def test_integral_floats_in_integer_fields_are_refused(params, schema, path, value):
+    node = params
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    bad(params, schema, re_key(".".join(path)) + r".*not of type 'integer'")
+
+
+def test_booleans_are_not_integers(params, schema):
+    params["experiments"]["fmnist10-iid-k10"]["clients"] = True
+    bad(params, schema, r"experiments\.fmnist10-iid-k10\.clients")
+
+
+@pytest.mark.parametrize("model, key", [
+    ({"name": "mlp", "hiddn": [1]}, "hiddn"), ({"name": "mlp", "hidden": [8], "n_classes": 3}, "n_classes"),
+    ({"name": "lenet5", "hidden": [8]}, "hidden"),
+])
+def test_unknown_model_keys_are_refused(params, schema, model, key):
+    params["experiments"]["fmnist10-iid-k10"]["model"] = model
+    bad(params, schema, rf"experiments\.fmnist10-iid-k10\.model\.{key}: .*{model['name']}.*accepted")
+
+
+def test_unknown_model_keys_in_the_smoke_overlay_are_refused(params, schema):
+    params["smoke"]["experiment"]["model"] = {"name": "mlp", "activaton": "relu"}
+    bad(params, schema, r"model\.activaton.*scale smoke")
+
+
+def test_model_keys_match_the_builders():
+    """The torch-free table of model options (validation) is the builders' keyword arguments."""
+    import inspect
+
+    from fedbayes import models
+    from fedbayes.catalog import MODEL_KEYS, MODEL_NAMES
+
+    assert set(MODEL_NAMES) == set(models.MODELS) == set(MODEL_KEYS)
+    for name in MODEL_NAMES:
+        builder = getattr(models, name)
+        assert tuple(inspect.signature(builder).parameters)[2:] == MODEL_KEYS[name], name
+        defaults = {k: p.default for k, p in inspect.signature(builder).parameters.items() if k in MODEL_KEYS[name]}
+        if defaults:  # the MODELS entry passes every option through
+            models.build_model(name, (1, 4, 4), 2, **defaults)
+
+
+@pytest.mark.parametrize("section, name", [
+    ("tables", "../evil"), ("tables", "/abs"), ("tables", "a/../../b"), ("tables", "fedlap/x/y"),
+    ("tables", "a/"), ("methods", "../fedavg"), ("methods", "fed avg"), ("experiments", "../x"),
+    ("experiments", "a/b"),
+])
+def test_output_names_cannot_leave_their_directory(params, schema, section, name):
+    first = next(iter(params[section]))
+    params[section][name] = copy.deepcopy(params[section][first])
+    bad(params, schema, rf"{section}.*{re_key(repr(name))}")
+
+
+def test_names_that_would_be_silently_unused_are_refused(params, schema):
+    p = copy.deepcopy(params)
+    p["methods"]["fedavgg"] = {"lr": 0.1}
+    bad(p, schema, r"methods\.fedavgg: unknown method")
+    p = copy.deepcopy(params)
+    p["smoke"]["hparams"]["sweep"] = {"lr": [0.1]}
+    bad(p, schema, r"smoke\.hparams\.sweep")
+    p = copy.deepcopy(params)
+    p["methods"]["fedprox"]["overrides"]["fmnist10-iid-k10"]["overrides"] = {"fmnist10-dir-k10": {"lr": 0.1}}
+    bad(p, schema, r"methods\.fedprox\.overrides\.fmnist10-iid-k10\.overrides")
+
+
+# ------------------------------------------------------------------------------------------ YAML as written
+def write_params(tmp_path, repo, text):
+    (tmp_path / "workflow/schemas").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "workflow/schemas/params.schema.yaml").write_text(
+        (repo / "workflow/schemas/params.schema.yaml").read_text())
+    f = tmp_path / "params.yaml"
+    f.write_text(text)
+    return f
+
+
+def test_duplicate_yaml_keys_are_refused_at_load(tmp_path, repo):
+    text = (repo / "params.yaml").read_text()
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("    rounds:"))
+    lines.insert(at + 1, "    rounds: 3\n")  # a second `rounds` in the same experiment
+    f = write_params(tmp_path, repo, "".join(lines))
+    with pytest.raises(ConfigError, match=rf"params.yaml.*duplicate key 'rounds' at line {at + 2}"):
+        load_params(f)
+    f.write_text("seeds: [0]\nscale: paper\nseeds: [1]\n")
+    with pytest.raises(ConfigError, match=r"duplicate key 'seeds' at line 3"):
+        load_params(f)
+
+
+def test_duplicate_json_keys_are_refused_at_load(tmp_path, repo):
+    f = write_params(tmp_path, repo, '{"seeds": [0], "seeds": [1]}')
+    with pytest.raises(ConfigError, match=r"duplicate key 'seeds'"):
+        load_params(f)
+
+
+def test_anchors_aliases_and_merge_keys_load_as_before(repo):
+    """params.yaml's own anchors and merge keys (``<<: *fedep``) keep working, key for key."""
+    from fedbayes.fileio import load_yaml
+
+    text = (repo / "params.yaml").read_text()
+    assert "<<: *" in text and "&" in text
+    assert load_yaml(text) == yaml.safe_load(text)
+    assert load_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, y: 3}\nc: *a\n") == {
+        "a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}, "c": {"x": 1, "y": 2}}
+
+
+BOMB = ("    lol: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(  # 10^9 strings once expanded
+    f"    lol{i}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 10)}]\n" for i in range(1, 9)))
+MERGE_BOMB = "    m0: &m0 {a: 1, b: 2}\n" + "".join(  # merge keys multiply in construction itself
+    f"    m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * 10)}], k{i}: 1}}\n" for i in range(1, 6))
+
+
+@pytest.mark.parametrize("bomb", [BOMB, MERGE_BOMB], ids=["aliases", "merge-keys"])
+def test_alias_bomb_is_refused_at_load(tmp_path, repo, bomb):
+    import time
+
+    text = (repo / "params.yaml").read_text()
+    assert "\nsmoke:\n" in text
+    text = text.replace("\nsmoke:\n", "\nsmoke:\n  notes:\n" + bomb, 1)
+    f = write_params(tmp_path, repo, text)
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"params.yaml.*aliases expand to more than 10000 nodes"):
+        load_params(f)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_alias_bomb_in_a_loaded_config_is_refused(params, schema):
+    """Snakemake loads params.yaml itself: the expanded size is bounded in validate() too (before the
+    schema, whose messages would print the value)."""
+    x = ["x"] * 10
+    for _ in range(8):
+        x = [x] * 10
+    params["experiments"]["fmnist10-iid-k10"]["model"]["layers"] = x
+    bad(params, schema, r"more than .* values")
+
+
+def test_loading_params_stays_fast(repo):
+    import timeit
+
+    from fedbayes.fileio import load_yaml
+
+    text = (repo / "params.yaml").read_text()
+    fast = min(timeit.repeat(lambda: yaml.load(text, Loader=yaml.CSafeLoader), number=1, repeat=7))
+    ours = min(timeit.repeat(lambda: load_yaml(text), number=1, repeat=7))
+    assert ours < 2 * fast + 0.005, (ours, fast)
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("    rounds: 3\n", r"duplicate key 'rounds' at line"), (BOMB, r"aliases expand to more than 10000 nodes"),
+], ids=["duplicate-key", "alias-bomb"])
+def test_snakemake_refuses_malformed_yaml_before_reading_it(tmp_path, repo, fault, message):
+    """Snakemake's own loader would keep the last key silently (and build the bomb): the Snakefile reads
+    params.yaml through fedbayes' loader first."""
+    import re
+
+    from dagutil import copy_repo, sh
+
+    d = copy_repo(repo, tmp_path / "repo", scale="smoke")
+    lines = (d / "params.yaml").read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("    rounds:"))
+    if fault is BOMB:
+        at, fault = next(i for i, ln in enumerate(lines) if ln.startswith("smoke:")), "  notes:\n" + BOMB
+    lines.insert(at + 1, fault)
+    (d / "params.yaml").write_text("".join(lines))
+    before = set(d.rglob("*"))
+    out = sh("snakemake --cores 1 -n reports/table1.csv", d, check=False, timeout=300)
+    assert re.search(message, out) and "params.yaml" in out, out[-3000:]
+    assert not [f for f in set(d.rglob("*")) - before if ".snakemake" not in f.parts], "wrote files"

@@ -289,7 +289,7 @@ def test_every_method_has_one_colour_distinct_within_its_family():
 
 def test_published_as_compares_a_prediction_with_another_methods_published_cell(table_params, tmp_path):
     """``tables.<t>.published_as``: which published method a table method's cells stand beside (e.g.
-    ``feddyn@avg`` beside the paper's FedDyn); validation names a mapping that names no table method."""
+    ``feddyn@avg`` beside the paper's FedDyn); validation names a mapping to an unknown method."""
     from fedbayes.config import ConfigError, check_semantics
 
     p = copy.deepcopy(table_params)
@@ -297,6 +297,6 @@ def test_published_as_compares_a_prediction_with_another_methods_published_cell(
     df = build_table(p, "table1", tmp_path / "reports" / "t.csv")
     row = df[(df.experiment == "fmnist10-iid-k10") & (df["round"] == 10) & (df.metric == "test/acc")].iloc[0]
     assert row.published_mean == published_value(["bayesadmm:table1"], "fmnist10-iid-k10", "fedprox", "test/acc", 10)[0]
-    p["tables"]["table1"]["published_as"] = {"fedlap": "fedavg"}
-    with pytest.raises(ConfigError, match="published_as: 'fedlap' is not in tables.table1.methods"):
+    p["tables"]["table1"]["published_as"] = {"fedavg": "fedavgg"}
+    with pytest.raises(ConfigError, match="published_as.fedavg: unknown method 'fedavgg'"):
         check_semantics(p)

@@ -55,8 +55,15 @@ def numerics(method: str) -> dict[str, int]:
     return {"core": CORE_NUMERICS, "method": METHOD_NUMERICS[method]}
 
 
-MODEL_NAMES: tuple[str, ...] = ("mlp", "logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn", "resnet20_gn",
-                               "resnet18_gn", "cnn_dropout")
+# model name -> the options params.yaml may give it (``experiments.<e>.model``, besides ``name``): the keyword
+# arguments of its builder in fedbayes.models after (input shape or size, number of classes);
+# tests/test_config.py checks them against the builders' signatures
+MODEL_KEYS: dict[str, tuple[str, ...]] = {
+    "mlp": ("hidden", "activation"),
+    **{name: () for name in ("logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn",
+                             "resnet20_gn", "resnet18_gn", "cnn_dropout")},
+}
+MODEL_NAMES: tuple[str, ...] = tuple(MODEL_KEYS)
 
 
 def split_variant(name: str) -> tuple[str, str]:

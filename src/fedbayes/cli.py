@@ -116,16 +116,45 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
                    "sizes": sizes.tolist()}
 
 
+def check_partition_target(p: dict, experiment: str, seed: int, path: str | Path) -> None:
+    """``path`` may receive the partition of (``experiment``, ``seed``): it is that pair's own file under
+    ``paths.partitions`` (rewritten when params.yaml changed its configuration: training has no partition
+    job upstream), or a file elsewhere that is missing or already holds this configuration. Another
+    pair's file, or a file holding another configuration, is refused (ConfigError), never overwritten."""
+    from fedbayes.config import ConfigError, partition_config, paths
+    from fedbayes.partition import PartitionIntegrityError, load_partition
+
+    path = Path(path)
+    own = Path(paths(p)["partitions"], experiment, f"seed{seed}.npz")
+    if path.resolve() == own.resolve():
+        return
+    if path.resolve().is_relative_to(Path(p["paths"]["partitions"]).resolve()):
+        raise ConfigError(f"--partition {path} is not the partition file of {experiment} seed {seed} ({own}); "
+                          "under paths.partitions each file holds its own (experiment, seed)")
+    if not path.exists():
+        return
+    want = partition_config(p, experiment, seed)
+    try:
+        meta = load_partition(path)[1]
+    except PartitionIntegrityError as e:
+        raise ConfigError(f"--partition {path} is not a readable partition file ({e}); it is not overwritten") from None
+    diff = sorted(k for k, v in want.items() if meta.get(k) != v)
+    if diff:
+        raise ConfigError(f"--partition {path} holds another configuration ({', '.join(diff)} differ from "
+                          f"{experiment} seed {seed}); it is not overwritten: give {own} or remove the file")
+
+
 def ensure_partition(p: dict, experiment: str, seed: int, path: str) -> tuple[list[np.ndarray], dict]:
     """The partition a run needs, ``(parts, meta)``: the file reused when it holds this configuration,
-    else (re)written. Returned in memory, because the file may vanish once the lock is released:
-    Snakemake deletes a partition job's output before it runs that job, and the partition rule (for its
-    figure) can start on a file a training job has just written."""
+    else (re)written (only where :func:`check_partition_target` allows). Returned in memory, because the
+    file may vanish once the lock is released: Snakemake deletes a partition job's output before it runs
+    that job, and the partition rule (for its figure) can start on a file a training job has just written."""
     from fedbayes.config import partition_config
     from fedbayes.partition import load_partition
 
     want = partition_config(p, experiment, seed)
     with _locked(Path(path)):
+        check_partition_target(p, experiment, seed, path)  # again under the lock: another job may have written it
         try:
             parts, meta = load_partition(path)
             if all(meta.get(k) == v for k, v in want.items()):
@@ -137,18 +166,76 @@ def ensure_partition(p: dict, experiment: str, seed: int, path: str) -> tuple[li
 
 def cmd_partition(args) -> None:
     p = _params(args)
+    check_partition_target(p, args.experiment, args.seed, args.out)
     with _locked(Path(args.out)):
+        check_partition_target(p, args.experiment, args.seed, args.out)
         write_partition(p, args.experiment, args.seed, args.out, args.figure)
 
 
-def cmd_train(args) -> None:
-    import torch
+def check_train_args(p: dict, args) -> dict:
+    """Every argument of ``fedbayes train`` checked against params.yaml before any file is touched; returns
+    the run's resolved configuration. ConfigError names the argument and what is accepted."""
+    from fedbayes.config import ConfigError, experiment_config, paths, run_config, seeds, sweep_points
 
-    from fedbayes.config import run_config
-    from fedbayes.engine import load_run_data, pick_device, run_federated
+    exp, method, point, seed = args.experiment, args.method, args.point, args.seed
+    if exp not in p["experiments"]:
+        raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(p['experiments'])}")
+    methods = experiment_config(p, exp)["methods"]
+    if method not in methods:
+        raise ConfigError(f"--method {method!r}: not a method of experiments.{exp} (its methods: {methods})")
+    points = list(sweep_points(p, exp, method))
+    if point not in points:
+        raise ConfigError(f"--point {point!r}: not a point of {exp}/{method}'s sweep {points}")
+    if seed not in seeds(p, exp, method):
+        raise ConfigError(f"--seed {seed}: {exp}/{method} runs seeds {seeds(p, exp, method)}")
+    out, own = Path(args.out), Path(paths(p)["runs"], exp, method, point, f"seed{seed}")
+    name = f"{exp}/{method}/{point}/seed{seed}"
+    if out.resolve() != own.resolve():
+        if out.resolve().is_relative_to(Path(p["paths"]["runs"]).resolve()):
+            raise ConfigError(f"--out {out} is not the run directory of {name} ({own}); "
+                              "under paths.runs each directory holds its own run")
+        try:  # a scratch directory elsewhere, but not one holding another run
+            import json
+
+            rec = json.loads((out / "run.json").read_text())["config"]
+            ran = tuple(rec.get(k) for k in ("experiment", "method", "point", "seed", "scale"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            ran = None
+        if ran is not None and ran != (exp, method, point, seed, p.get("scale", "paper")):
+            other = f"{'/'.join(map(str, ran[:3]))}/seed{ran[3]}, scale {ran[4]}"
+            raise ConfigError(f"--out: {out / 'run.json'} records another run ({other}), not {name}; "
+                              "give this run's directory or an empty one")
+    check_partition_target(p, exp, seed, args.partition)
+    return run_config(p, exp, method, seed, point)
+
+
+def cmd_train(args) -> None:
+    from fedbayes.config import ConfigError
+    from fedbayes.fileio import LockHeld, try_exclusive_lock
 
     p = _params(args)
-    cfg = run_config(p, args.experiment, args.method, args.seed, args.point)
+    cfg = check_train_args(p, args)  # before any file is touched
+    try:
+        lock = try_exclusive_lock(train_lock(args.out))
+    except LockHeld as e:
+        raise ConfigError(f"{args.out} is being trained by another process (pid {e.holder or '?'} holds {e.path}); "
+                          "two trainers on one run would write the same files: let it finish or stop it") from None
+    with lock:
+        _train(p, args, cfg)
+
+
+def train_lock(out: str | Path) -> Path:
+    """The lock a trainer holds on its run directory: a hidden file beside it, so that the directory itself
+    stays as training leaves it (nothing in it before the run has checked its data and partition)."""
+    out = Path(out).resolve()
+    return out.with_name(f".{out.name}.train.lock")
+
+
+def _train(p: dict, args, cfg: dict) -> None:
+    import torch
+
+    from fedbayes.engine import load_run_data, pick_device, run_federated
+
     # a (re)training run invalidates the run's metrics first: Snakemake deletes history.csv and run.json
     # before the job, and if the job is then killed an old metrics.json would still look up to date to
     # a later `snakemake <run>/metrics.json` (it does not look behind an existing target's missing inputs)

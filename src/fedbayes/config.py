@@ -11,12 +11,13 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-from fedbayes.fileio import load_yaml
+from fedbayes.fileio import YAMLInputError, load_yaml
 
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
 SCALES = ("paper", "smoke")
@@ -43,20 +44,110 @@ def _schema_for(params_path: Path) -> dict:
 def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
     """Read, schema-check and semantically check params.yaml; apply ``scale`` (or params' own)."""
     path = Path(path)
-    text = path.read_text()
-    # The DAG hands the CLI its effective configuration as JSON, which YAML 1.1 would misread
-    # (PyYAML takes JSON's 5e-05 for a string): parse JSON as JSON.
-    params = json.loads(text) if text.lstrip().startswith("{") else load_yaml(text)
+    params = load_params_text(path)
     validate(params, _schema_for(path))
     if scale is not None:
         params["scale"] = scale
     return params
 
 
+def load_params_text(path: str | Path) -> Any:
+    """params.yaml (or the DAG's JSON of it) as written, not yet validated; ConfigError naming the file and
+    the line for a syntax error, a duplicate key or an alias bomb."""
+    import yaml
+
+    path = Path(path)
+    text = path.read_text()
+    try:
+        # The DAG hands the CLI its effective configuration as JSON, which YAML 1.1 would misread
+        # (PyYAML takes JSON's 5e-05 for a string): parse JSON as JSON.
+        if text.lstrip().startswith("{"):
+            return json.loads(text, object_pairs_hook=_unique_keys)
+        return load_yaml(text)
+    except (YAMLInputError, ValueError, yaml.YAMLError) as e:  # YAMLInputError, JSONDecodeError: ValueErrors
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}; a JSON object takes each key once")
+        out[k] = v
+    return out
+
+
+MAX_PARAMS_VALUES = 100_000  # params.yaml holds ~4,000; more is an alias bomb (aliases share, walks expand)
+
+
+def _value_problems(params: Any) -> list[str]:
+    """Checks over every value, wherever it sits: a number must be finite (YAML's ``.nan``/``.inf`` and
+    JSON's ``NaN`` are floats that pass every range check), and the whole must stay small (a loaded alias
+    bomb shares its lists; walking or printing them expands them)."""
+    problems, count = [], 0
+    stack: list[tuple[tuple, Any]] = [((), params)]
+    while stack:
+        path, x = stack.pop()
+        count += 1
+        if count > MAX_PARAMS_VALUES:
+            return [f"params hold more than {MAX_PARAMS_VALUES} values once aliases are expanded (an alias bomb?)"]
+        if isinstance(x, dict):
+            stack.extend((path + (k,), v) for k, v in x.items())
+        elif isinstance(x, list | tuple):
+            stack.extend((path + (i,), v) for i, v in enumerate(x))
+        elif isinstance(x, float) and not math.isfinite(x):
+            problems.append(f"{'.'.join(map(str, path)) or '<root>'}: {x} is not a finite number")
+    return sorted(problems)
+
+
+def _strict_integer(checker, x) -> bool:
+    """JSON Schema's ``integer`` accepts 4.0; a count, seed or epoch number must be a Python int (4.0 would
+    name paths ``seed4.0`` and crash ``range``), and True is not 1."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer))
+
+
+def _grids(params: dict):
+    """(dotted path, grid) of every sweep grid: ``methods.<m>.sweep``, ``methods.<m>.overrides.<e>.sweep``."""
+    for m, spec in (params.get("methods") or {}).items():
+        if not isinstance(spec, dict):
+            continue
+        yield ("methods", m, "sweep"), spec.get("sweep")
+        overrides = spec.get("overrides")
+        for e, over in (overrides.items() if isinstance(overrides, dict) else ()):
+            if isinstance(over, dict):
+                yield ("methods", m, "overrides", e, "sweep"), over.get("sweep")
+
+
+def _grid_errors(validator, params: dict, schema: dict) -> list[tuple[list, str]]:
+    """Each value of a sweep grid against the rule of the hyperparameter it sets (``$defs/hparams``): a
+    grid point reaches a run as that hyperparameter does."""
+    rules = schema["$defs"]["hparams"]["properties"]
+    out = []
+    for where, grid in _grids(params):
+        for k, values in (grid.items() if isinstance(grid, dict) else ()):
+            if k not in rules or not isinstance(values, list):
+                continue  # the grid's own schema names an unknown hyperparameter or a non-list
+            for i, v in enumerate(values):
+                out += [([*where, k, i, *e.path], e.message) for e in validator.descend(v, rules[k])]
+    return out
+
+
 def validate(params: dict, schema: dict) -> None:
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(params), key=lambda e: list(e.path))
+    """Refuse, naming each dotted key, whatever params.yaml (or the configuration Snakemake loaded) asks
+    that no run could do as written: non-finite numbers, schema violations (integers strict, every sweep
+    grid value under its hyperparameter's rule), then the semantic checks."""
+    problems = _value_problems(params)
+    if problems:
+        raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+    v = _Validator(schema)
+    errors = [(list(e.path), e.message) for e in v.iter_errors(params)] + _grid_errors(v, params, schema)
     if errors:
-        lines = [f"  - {'.'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]
+        lines = [f"  - {'.'.join(map(str, p)) or '<root>'}: {msg}" for p, msg in sorted(errors, key=lambda e: str(e[0]))]
         raise ConfigError("params.yaml does not match workflow/schemas/params.schema.yaml:\n" + "\n".join(lines))
     check_semantics(params)
 
@@ -64,6 +155,7 @@ def validate(params: dict, schema: dict) -> None:
 def check_semantics(params: dict) -> None:
     """Checks the schema cannot express: names that must exist, sizes that must fit."""
     from fedbayes.catalog import METHOD_VARIANTS as METHODS
+    from fedbayes.catalog import MODEL_KEYS
     from fedbayes.catalog import MODEL_NAMES as MODELS
     from fedbayes.data import DATASETS
 
@@ -81,8 +173,16 @@ def check_semantics(params: dict) -> None:
             for m in e["methods"]:
                 if m not in METHODS:
                     problems.append(f"{where}: unknown method {m!r}; implemented: {sorted(METHODS)}")
-            if e["model"]["name"] not in MODELS:
-                problems.append(f"{where}: unknown model {e['model']['name']!r}; known: {sorted(MODELS)}")
+            model = e["model"]
+            if model["name"] not in MODELS:
+                problems.append(f"{where}: unknown model {model['name']!r}; known: {sorted(MODELS)}")
+            else:  # an option the builder does not take would crash the run (training, not here)
+                own = params["experiments"][name].get("model", {})
+                for k in sorted(set(model) - {"name"} - set(MODEL_KEYS[model["name"]])):
+                    if scale == "paper" or k not in own:
+                        problems.append(f"experiments.{name}.model.{k}{'' if scale == 'paper' else ' (scale smoke)'}: "
+                                        f"model {model['name']!r} has no option {k!r}; accepted: "
+                                        f"{sorted(MODEL_KEYS[model['name']])}")
             ds = DATASETS.get(e["dataset"])
             n_train = getattr(ds, "n_train", None)
             if n_train:
@@ -107,6 +207,7 @@ def check_semantics(params: dict) -> None:
         for s in seeds(p):
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
+    problems += _unused_name_problems(params, METHODS)
     from fedbayes.reports.published import load_paper, published_row
 
     from fedbayes.catalog import split_variant
@@ -136,9 +237,7 @@ def check_semantics(params: dict) -> None:
             elif variant not in METHODS[base]:
                 problems.append(f"tables.{t}: {base} has no prediction variant {variant!r} "
                                 f"(it has {sorted(v for v in METHODS[base] if v)})")
-        for name, as_ in spec.get("published_as", {}).items():
-            if name not in spec["methods"]:
-                problems.append(f"tables.{t}.published_as: {name!r} is not in tables.{t}.methods")
+        for name, as_ in spec.get("published_as", {}).items():  # (a name the table does not list is unused)
             if split_variant(as_)[0] not in METHODS:
                 problems.append(f"tables.{t}.published_as.{name}: unknown method {as_!r}")
         for ref in spec.get("published", []):
@@ -152,7 +251,27 @@ def check_semantics(params: dict) -> None:
     if len(set(seed_list)) != len(seed_list):
         problems.append(f"seeds must be unique, got {seed_list}")
     if problems:
-        raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in dict.fromkeys(problems)))
+
+
+def _unused_name_problems(params: dict, methods: dict) -> list[str]:
+    """Settings no run would read (a misspelt name is otherwise silently ignored, its values lost). Settings
+    for an experiment that is not defined (methods.<m>.overrides.<e>, smoke.experiments.<e>) are kept: a
+    configuration may leave experiments out and keep the methods' settings (the fault tests do)."""
+    out = []
+    for m, spec in params.get("methods", {}).items():
+        if m not in methods:
+            out.append(f"methods.{m}: unknown method; implemented: {sorted(methods)}")
+        for e, over in ((spec or {}).get("overrides") or {}).items():
+            if "overrides" in (over or {}):
+                out.append(f"methods.{m}.overrides.{e}.overrides: overrides do not nest; "
+                           f"set methods.{m}.overrides.<experiment> for each experiment")
+    for k in ("sweep", "overrides", "seeds"):
+        if k in (params.get("smoke", {}).get("hparams") or {}):
+            out.append(f"smoke.hparams.{k}: not a hyperparameter (smoke.hparams sets values for every method; "
+                       f"a {k} belongs under methods.<m>{'' if k == 'overrides' else ' or methods.<m>.overrides.<e>'}"
+                       f"{'; smoke seeds are smoke.seeds' if k == 'seeds' else ''})")
+    return out
 
 
 def _window_problems(params: dict, name: str, e: dict) -> list[str]:

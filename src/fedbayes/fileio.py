@@ -7,21 +7,132 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def load_yaml(text: str):
-    """``yaml.safe_load`` through libyaml where PyYAML has it (the same safe loader, ~10× faster: every
-    workflow job reads the schema and params at start-up)."""
+MAX_ALIAS_NODES = 10_000  # nodes a document may add through aliases (params.yaml's anchors add ~600)
+
+
+class YAMLInputError(ValueError):
+    """A YAML document that loads, but not as written: a duplicate key (PyYAML would keep the last one
+    silently) or aliases expanding to more than ``MAX_ALIAS_NODES`` nodes (an alias bomb)."""
+
+
+def _yaml_loader():
     import yaml
 
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class CheckedLoader(base):
+        """The safe loader (libyaml's where PyYAML has it) that refuses duplicate keys and alias bombs.
+        Parsing stays in C; the checks add a walk over the node graph (~2 ms for params.yaml)."""
+
+        def get_single_data(self):
+            node = self.get_single_node()
+            if node is None:
+                return None
+            _check_alias_expansion(node, yaml)
+            return self.construct_document(node)
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node)
+                    except TypeError:  # an unhashable key: the constructor names it
+                        continue
+                    if first is not key_node:
+                        raise YAMLInputError(
+                            f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
+                            f"{first.start_mark.line + 1}); a YAML mapping takes each key once")
+            return super().construct_mapping(node, deep=deep)
+
+    return CheckedLoader
+
+
+def _check_alias_expansion(root, yaml) -> None:
+    """Refuse a document whose aliases expand to more than ``MAX_ALIAS_NODES`` nodes, or refer to
+    themselves, before anything is constructed (merge keys of a bomb blow up in construction itself)."""
+    size: dict[int, int] = {}  # id(node) -> nodes in its expansion; -1 while the node is being walked
+    aliased = 0
+    seq, mapping = yaml.SequenceNode, yaml.MappingNode
+
+    def walk(node) -> int:
+        nonlocal aliased
+        n = size.get(id(node))
+        if n is not None:  # a node met again is an alias use: it expands to the whole node
+            if n < 0:
+                raise YAMLInputError(f"recursive alias at line {node.start_mark.line + 1}")
+            aliased += n
+            if aliased > MAX_ALIAS_NODES:
+                raise YAMLInputError(
+                    f"aliases expand to more than {MAX_ALIAS_NODES} nodes (at line {node.start_mark.line + 1}); "
+                    "an anchor may be reused, not multiplied")
+            return n
+        n = 1
+        if isinstance(node, seq):
+            size[id(node)] = -1
+            for c in node.value:
+                n += walk(c)
+        elif isinstance(node, mapping):
+            size[id(node)] = -1
+            for k, v in node.value:
+                n += walk(k) + walk(v)
+        size[id(node)] = n
+        return n
+
+    try:
+        walk(root)
+    except RecursionError:
+        raise YAMLInputError("the document is nested too deeply") from None
+
+
+def load_yaml(text: str):
+    """``yaml.safe_load`` through libyaml where PyYAML has it (the same safe loader, ~10× faster: every
+    workflow job reads the schema and params at start-up), refusing what the safe loader lets through
+    silently: a duplicate key (the last would win) and aliases expanding past ``MAX_ALIAS_NODES`` nodes
+    (:class:`YAMLInputError`, naming the key or the line)."""
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _yaml_loader()
+    import yaml
+
+    return yaml.load(text, Loader=_LOADER)
+
+
+_LOADER = None
+
+
+def temp_path(path: str | Path, keep_suffix: bool = False) -> Path:
+    """A temporary name beside ``path`` that no other process uses (its pid in the name), so two writers
+    of one file never write into the same temporary file: ``<name>.<pid>.tmp``, or with ``keep_suffix``
+    ``<stem>.<pid>.tmp<suffix>`` for writers that go by the suffix (``.npz``, ``.png``)."""
+    path = Path(path)
+    if keep_suffix:
+        return path.with_name(f"{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def atomic_target(path: str | Path, keep_suffix: bool = False):
+    """Yield a :func:`temp_path` to write; on success it replaces ``path`` (``os.replace``), on an error
+    it is removed."""
+    tmp = temp_path(path, keep_suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        tmp.write_text(text)
     return path
 
 
@@ -29,10 +140,49 @@ def save_figure_atomic(fig, path: str | Path, dpi: int = 110) -> Path:
     """Save a matplotlib ``Figure`` as PNG via a temporary file and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=dpi)
-    os.replace(tmp, path)
+    with atomic_target(path, keep_suffix=True) as tmp:
+        fig.savefig(tmp, dpi=dpi)
     return path
+
+
+class LockHeld(BlockingIOError):
+    """Another process holds the lock (:func:`try_exclusive_lock`); ``holder`` is its pid if it wrote one."""
+
+    def __init__(self, path: Path, holder: str):
+        super().__init__(f"{path} is held by {holder or 'another process'}")
+        self.path, self.holder = path, holder
+
+
+def try_exclusive_lock(lock: str | Path):
+    """Take an exclusive ``flock`` on the file ``lock`` (created if missing) without waiting: a context
+    manager holding it, or :class:`LockHeld` at once when another process holds it. The holder's pid is
+    written into the file. The kernel releases the lock when its holder dies."""
+    import fcntl
+
+    lock = Path(lock)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(lock, "a+")  # not "w": truncating would erase the holder's pid
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip()
+        fh.close()
+        raise LockHeld(lock, holder) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+
+    @contextmanager
+    def held():
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
+    return held()
 
 
 @contextmanager

@@ -28,6 +28,7 @@ import torch
 from fedbayes.catalog import numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
+from fedbayes.fileio import atomic_target
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import ClientData, Method, build_method
 from fedbayes.models import FlatModel, build_model
@@ -160,9 +161,8 @@ def _resumable(path: Path, key: str, device, log) -> dict | None:
 
 
 def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:  # a name unique to this process: two writers never share it
+        torch.save(obj, tmp)
 
 
 def hold_out(parts: list[np.ndarray], share: float, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
@@ -306,12 +306,10 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
 
 def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, sizes, diverged=None) -> None:
     cols = list(dict.fromkeys(c for row in history for c in row))
-    tmp = out / "history.csv.tmp"
-    with open(tmp, "w", newline="") as f:
+    with atomic_target(out / "history.csv") as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(history)
-    os.replace(tmp, out / "history.csv")
 
     rounds = sorted(saved)
     arrays = {"rounds": np.array(rounds, dtype=np.int64), "y_test": data.y_test.cpu().numpy()}
@@ -322,9 +320,8 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
         like = saved[rounds[-1]][name].numpy()
         arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack(
             [saved[r][name].numpy() if name in saved[r] else np.full_like(like, np.nan) for r in rounds])
-    tmp = out / "predictions.tmp.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, out / "predictions.npz")
+    with atomic_target(out / "predictions.npz", keep_suffix=True) as tmp:  # np.savez appends .npz otherwise
+        np.savez_compressed(tmp, **arrays)
 
     _atomic_save({k: v.cpu() for k, v in server.items()}, out / "posterior.pt")
     info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]), "code": code_identity(),
@@ -334,6 +331,5 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
             "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes]}
     if diverged is not None:
         info["diverged"] = diverged
-    tmp = out / "run.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2))
-    os.replace(tmp, out / "run.json")
+    with atomic_target(out / "run.json") as tmp:
+        tmp.write_text(json.dumps(info, indent=2))

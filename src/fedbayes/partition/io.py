@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from fedbayes.fileio import temp_path
+
 from .schemes import class_counts
 
 __all__ = ["PartitionIntegrityError", "partition_hash", "save_partition", "load_partition", "plot_partition"]
@@ -74,7 +76,7 @@ def save_partition(
     arrays["meta_json"] = np.array(meta_json)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = temp_path(path)  # unique to this process: two writers never share a temporary file
     try:
         with open(tmp, "wb") as fh:  # file object: np.savez must not append ".npz"
             np.savez_compressed(fh, **arrays)
