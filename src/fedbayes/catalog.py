@@ -33,7 +33,7 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {
 # Hyperparameters with a default in the code: a resolved configuration leaves out a value equal to its
 # default, so that declaring the default in params.yaml (or adding a new option) changes no run's
 # configuration and reruns nothing.
-HPARAM_DEFAULTS: dict[str, object] = {"client_optimizer": "fresh", "prox_norm": "squared"}
+HPARAM_DEFAULTS: dict[str, object] = {"client_optimizer": "fresh", "prox_norm": "squared", "client_rows": "partition"}
 
 # Numerics versions: the rerun rule. A finished run is rerun when what it would compute changes — its
 # resolved configuration (params.yaml), or the numerics version of its method or of the shared core

@@ -209,6 +209,12 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     method.seed = seed
     if len(server_idx):
         method.server_x = data.x_train[torch.from_numpy(server_idx).to(device)]
+    if hp.get("client_rows", "partition") == "by_label":
+        # each client's rows grouped by class (stable): with `client_stream: replay` every client then sees
+        # the same label mix at every step, as in the BayesADMM authors' code, whose iid split concatenates
+        # each client's classes and whose clients all draw one permutation (reports/bayesadmm/NOTES.md)
+        y = data.y_train.cpu().numpy()
+        parts = [p[np.argsort(y[p], kind="stable")] for p in parts]
     clients = [ClientData(data.x_train[torch.from_numpy(p).to(device)], data.y_train[torch.from_numpy(p).to(device)])
                for p in parts]
 
