@@ -30,11 +30,11 @@ TIMING = ("time_s", "wall_s", "eval_s")
 # run trained on an AVX2 CPU (runs trained elsewhere before the AVX2 cap in fedbayes/__init__.py differ
 # by round-off; reports/notes/rerun-rule.md lists them).
 REPLAYED = {
-    "fedavg": "fmnist10-labeldir0.01-k20-r20/fedavg/local_epochs=40/seed0",
-    "fedprox": "fmnist10-iid-k10/fedprox/alpha=0.1+local_epochs=10/seed0",
-    "feddyn": "fmnist10-dir-k10/feddyn/alpha=0.001+local_epochs=5+weight_decay=1e-05/seed0",
-    "fedlap": "fmnist10-dir-k10/fedlap/delta=0.01+local_epochs=5/seed0",
-    "fedlap_cov": "fmnist10-dir-k10/fedlap_cov/delta=1.0+local_epochs=5/seed0",
+    "fedavg": "fmnist10-dir-k10/fedavg/local_epochs=5/seed0",
+    "fedprox": "fmnist10-dir-k10/fedprox/alpha=0.01+local_epochs=5/seed0",
+    "feddyn": "fmnist10-dir-k10/feddyn/alpha=0.01+local_epochs=5+weight_decay=1e-05/seed0",
+    "fedlap": "fmnist10-dir-k10/fedlap/delta=0.0001+local_epochs=5/seed1",
+    "fedlap_cov": "fmnist10-dir-k10/fedlap_cov/delta=0.01+local_epochs=10/seed0",
     "fedlap_func": "fmnist10-iid-k10/fedlap_func/delta=0.01+local_epochs=10+tau=0.0001/seed2",
     "bayesadmm": "fmnist10-dir-k10/bayesadmm/default/seed2",
     "fedivon": "fmnist-shards-k200/fedivon/default/seed0",
