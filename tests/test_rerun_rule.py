@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from dagutil import copy_repo, mtimes, sh
 from test_faults import synthetic_params
 
@@ -67,14 +68,17 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
 def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
     if metadata == "fresh clone":  # no record of the params the runs were made with: run.json decides
         shutil.rmtree(built / ".snakemake")
+    from fedbayes.catalog import METHOD_NUMERICS
+
     catalog = built / "src/fedbayes/catalog.py"
-    catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] = 2\n')
+    catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
+    now = METHOD_NUMERICS["fedprox"]
     want = {r for r in all_runs(built) if r[1] == "fedprox"}
     # the plan holds the sweep's runs (first seed); the other seeds wait behind the selection checkpoint
     planned = planned_training(built)
     assert planned and planned <= want and {r for r in want if r[3] == "0"} <= planned
     marker = next((built / "work/changed/synth-k4/fedprox").rglob("*.txt"))
-    assert "numerics version of fedprox 1 -> 2" in marker.read_text()
+    assert f"numerics version of fedprox {now} -> {now + 1}" in marker.read_text()
     before = mtimes(built, "results/runs/*/*/*/*/history.csv")
     run(f"snakemake --cores 2 {TABLE}", built)
     after = mtimes(built, "results/runs/*/*/*/*/history.csv")
@@ -85,7 +89,10 @@ def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
 def test_a_core_numerics_bump_reruns_every_run(built):
     catalog = built / "src/fedbayes/catalog.py"
     catalog.write_text(catalog.read_text().replace("CORE_NUMERICS = 1", "CORE_NUMERICS = 2"))
-    assert planned_training(built) == {r for r in all_runs(built) if r[3] == "0"}  # then the seeds after selection
+    # the sweep's runs; where the selection reads the first seed only, the other seeds wait behind it
+    sel_all = yaml.safe_load((built / "params.yaml").read_text())["experiments"]["synth-k4"].get(
+        "selection", {}).get("seeds") == "all"
+    assert planned_training(built) == {r for r in all_runs(built) if sel_all or r[3] == "0"}
     before = mtimes(built, "results/runs/*/*/*/*/history.csv")
     run(f"snakemake --cores 2 {TABLE}", built)
     after = mtimes(built, "results/runs/*/*/*/*/history.csv")
