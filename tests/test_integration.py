@@ -12,6 +12,8 @@ import pytest
 import yaml
 from dagutil import copy_repo, mtimes, require_fmnist, sh
 
+from fedbayes.config import selection_seeds
+
 pytestmark = pytest.mark.integration
 
 TABLES = (["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
@@ -53,8 +55,8 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
             assert s.selected.sum() == 1 and s.value.max() == s[s.selected].value.iloc[0]
             chosen = s[s.selected].point.iloc[0]
             assert set(df[(df.experiment == e) & (df.method == m)].point) == {chosen}
-            # every grid point on the first seed, or on every seed where the selection is the mean over seeds
-            on = seeds if p["experiments"][e].get("selection", {}).get("seeds") == "all" else seeds[:1]
+            # every grid point on the selection's seeds (the first; all where it is the mean over seeds)
+            on = selection_seeds(p, e, m)
             expected_runs |= {(e, m, pt, sd) for pt in s.point for sd in on} | {(e, m, chosen, sd) for sd in seeds}
             for sd in seeds:
                 run = workdir / "results/runs/smoke" / e / m / chosen / f"seed{sd}"
