@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedbayes.catalog import numerics
+from fedbayes.catalog import HPARAM_DEFAULTS, numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.fileio import atomic_target
@@ -209,7 +209,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     method.seed = seed
     if len(server_idx):
         method.server_x = data.x_train[torch.from_numpy(server_idx).to(device)]
-    if hp.get("client_rows", "partition") == "by_label":
+    if hp.get("client_rows", HPARAM_DEFAULTS["client_rows"]) == "by_label":
         # each client's rows grouped by class (stable): with `client_stream: replay` every client then sees
         # the same label mix at every step, as in the BayesADMM authors' code, whose iid split concatenates
         # each client's classes and whose clients all draw one permutation (reports/bayesadmm/NOTES.md)

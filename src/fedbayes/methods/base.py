@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedbayes.catalog import HPARAM_DEFAULTS
 from fedbayes.models import FlatModel
 
 Tensors = dict[str, torch.Tensor]
@@ -230,7 +231,7 @@ def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:
     ``½‖w − w_g‖`` (``unsquared``: the FedLap/BayesADMM authors' baselines call torch.norm without
     squaring it, spec 001 §6 item 5): ``(w − w_g) / (2‖w − w_g‖)``, 0 at w = w_g as torch.norm's."""
     d = w - w_g
-    mode = hp.get("prox_norm", "squared")
+    mode = hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"])
     if mode == "squared":
         return d
     if mode == "unsquared":
@@ -244,7 +245,7 @@ CLIENT_OPTIMIZER = ("fresh", "persistent")
 
 def client_optimizer(hp: dict) -> str:
     """``client_optimizer``: ``fresh`` (the default) or ``persistent`` (see ``Method.local_train``)."""
-    mode = hp.get("client_optimizer", "fresh")
+    mode = hp.get("client_optimizer", HPARAM_DEFAULTS["client_optimizer"])
     if mode not in CLIENT_OPTIMIZER:
         raise ValueError(f"client_optimizer must be one of {CLIENT_OPTIMIZER}, got {mode!r}")
     return mode
