@@ -179,14 +179,24 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "authors_code_n": theirs[2] if theirs else float("nan"),
                         "authors_code_source": theirs[3] if theirs else "",
                         "diff": diff, "tolerance": tol.get(metric, float("nan")),
-                        "within_tol": (abs(diff) <= tol[metric]) if has_pub and metric in tol and not math.isnan(diff)
-                        else None,
+                        "within_tol": _within(has_pub, mean, diff, tol.get(metric), key == "target" and pub is not None
+                                              and cell_st == "ok"),
                         "scale": p["scale"], "status": cell_st, "note": note,
                     })
     df = pd.DataFrame(rows)
     if not (df["target"].notna().any()):
         df = df.drop(columns="target")
     return df
+
+
+def _within(has_pub: bool, mean: float, diff: float, tol: float | None, target_cell: bool) -> bool | None:
+    """|ours − published| ≤ tolerance. In a rounds-to-target cell "never reached" is a result on either
+    side: both never reached agree, one reached and the other not do not."""
+    if tol is None:
+        return None
+    if target_cell and (not has_pub or math.isnan(mean)):
+        return (not has_pub) and math.isnan(mean)
+    return bool(abs(diff) <= tol) if has_pub and not math.isnan(diff) else None
 
 
 def _fmt(mean, std, n=None, digits=2) -> str:
