@@ -55,6 +55,7 @@ for _table, _spec in config["tables"].items():
             figures=[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)],
         params:
             spec=json.dumps(_spec, sort_keys=True),
+            std_ddof=config.get("std_ddof", 1),
             runs=json.dumps(_pairs, sort_keys=True),
             code=code_hash(code("reports", "papers")),
             name=_table,

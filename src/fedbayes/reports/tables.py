@@ -110,7 +110,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
     from fedbayes.reports.selection import run_dir, selected_point
 
     spec = p["tables"][name]
-    ddof = spec.get("std_ddof", 0)
+    ddof = p.get("std_ddof", 1)
     run_avg = int(spec.get("running", 1))   # running-average window of history-based statistics
     tol = spec.get("tolerance", {})
     refs = spec.get("published", [])
@@ -160,7 +160,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     mean = float(ok_vals.mean()) if len(ok_vals) else float("nan")
                     std = float(ok_vals.std(ddof=ddof)) if len(ok_vals) > ddof else float("nan")
                     has_pub = pub is not None and pub[0] is not None
-                    theirs = authors_code_value(exp, method, metric, at, spec["statistic"]) \
+                    theirs = authors_code_value(exp, method, metric, at, spec["statistic"], ddof) \
                         if p["scale"] == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
                     note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
@@ -239,7 +239,7 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
         stat += f", of the trailing {spec['running']}-round running average"
     return [f"# {name}: {spec.get('title', '')}", "",
             f"Scale `{p['scale']}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
-            f"(ddof={spec.get('std_ddof', 0)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
+            f"(ddof={p.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
             "vs the experiment's OOD set, positive = OOD, score = predictive entropy. Published: "
             + ", ".join(spec.get("published", [])) + ". Δ = ours − published"
