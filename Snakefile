@@ -37,3 +37,4 @@ rule all:
     default_target: True
     input:
         [f"{PATHS['reports']}/{t}.csv" for t in config["tables"]],
+        f"{PATHS['reports']}/README.md",

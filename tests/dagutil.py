@@ -14,7 +14,7 @@ import yaml
 
 BIN = Path(sys.executable).parent
 COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
-        "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md"]
+        "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md", "reports/causes.yaml", "reports/evidence"]
 FMNIST_DEB = "/usr/share/datasets/fashion-mnist"
 
 

@@ -115,8 +115,8 @@ def test_build_table(table_params, tmp_path):
     # the authors' released code's cell beside the published one (papers/authors_code.yaml)
     theirs = df[(df.experiment == "fmnist10-dir-k10") & (df["round"] == 50) & (df.metric == "test/acc")].iloc[0]
     assert theirs.authors_code_mean == pytest.approx((76.4 + 76.1 + 75.8) / 3) and theirs.authors_code_n == 3
-    assert theirs.authors_code_std == pytest.approx(np.std([76.4, 76.1, 75.8])) and "bd80f94" in theirs.authors_code_source
-    assert "test/acc authors' code" in md and "76.1 ± 0.2 (n=3)" in md and "team-approx-bayes/bayes-admm@bd80f94" in md
+    assert theirs.authors_code_std == pytest.approx(np.std([76.4, 76.1, 75.8], ddof=1))  # std_ddof: 1 and "bd80f94" in theirs.authors_code_source
+    assert "test/acc authors' code" in md and "76.1 ± 0.3 (n=3)" in md and "team-approx-bayes/bayes-admm@bd80f94" in md
     assert np.isnan(df[df.metric == "test/ece"].authors_code_mean).all()
     assert set(df.point) == {"local_epochs=5"}
     assert (tmp_path / "reports" / "figures" / "table1_curves.png").stat().st_size > 10_000

@@ -293,6 +293,16 @@ def cmd_table(args) -> None:
     print(df.to_string(index=False, max_colwidth=40))
 
 
+def cmd_scorecard(args) -> None:
+    from fedbayes.reports.scorecard import build_scorecard
+
+    p = _params(args)
+    c = build_scorecard(p, args.out)["distinct"]
+    ran = c["within tolerance"] + c["outside tolerance"]
+    print(f"wrote {args.out}: {c['within tolerance']} of {ran} distinct published cells run with a tolerance are "
+          f"within it; {c['not run (data unavailable)']} not run (data unavailable), {c['not comparable']} not comparable")
+
+
 def cmd_toy(args) -> None:
     from fedbayes.reports.toys import TOYS
 
@@ -398,6 +408,10 @@ def main(argv=None) -> None:
     sp.add_argument("table")
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_table)
+
+    sp = with_params(sub.add_parser("scorecard", help="reports/README.md: which published cells reproduce, the papers' claims"))
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_scorecard)
 
     sp = with_params(sub.add_parser("toy", help="a data-free reproduction target (params.yaml toys), e.g. fedep/table4"))
     sp.add_argument("name")

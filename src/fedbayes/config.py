@@ -214,8 +214,9 @@ def check_semantics(params: dict) -> None:
 
     for t, spec in params.get("tables", {}).items():
         apart = spec.get("not_comparable", {})
-        for name in sorted(set(apart) - set(spec["experiments"])):
-            problems.append(f"tables.{t}.not_comparable: {name!r} is not in tables.{t}.experiments")
+        for key in ("not_comparable", "substitutes"):
+            for name in sorted(set(spec.get(key, {})) - set(spec["experiments"])):
+                problems.append(f"tables.{t}.{key}: {name!r} is not in tables.{t}.experiments")
         for name in spec["experiments"]:
             if name in apart:  # published numbers only: there must be some to print
                 if name in params["experiments"]:

@@ -55,6 +55,7 @@ for _table, _spec in config["tables"].items():
             figures=[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)],
         params:
             spec=json.dumps(_spec, sort_keys=True),
+            std_ddof=config.get("std_ddof", 1),
             runs=json.dumps(_pairs, sort_keys=True),
             code=code_hash(code("reports", "papers")),
             name=_table,
@@ -83,3 +84,22 @@ for _toy in config.get("toys", {}):
             name=_toy,
         shell:
             cli("toy") + " {params.name} --out {output.csv}"
+
+
+# The reproduction scorecard: every table's published cells counted by verdict, the causes of the cells
+# outside tolerance (params `scorecard.causes`) and the papers' claims (papers/<paper>.yaml) checked.
+_SC = config.get("scorecard", {})
+
+rule scorecard:
+    input:
+        tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
+        causes=[_SC["causes"]] if _SC.get("causes") else [],
+        alternates=[a["csv"] for a in _SC.get("alternates", [])],
+        code=fixed(code("reports/scorecard.py", "papers")),
+    output:
+        f"{REPORTS}/README.md",
+    params:
+        spec=json.dumps(_SC, sort_keys=True),
+        code=code_hash(code("reports/scorecard.py", "papers")),
+    shell:
+        cli("scorecard") + " --out {output}"

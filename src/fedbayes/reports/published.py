@@ -58,8 +58,8 @@ def published_rounds(refs: list[str], experiment: str) -> list[int]:
     return list(found[1].get("rounds", found[0].get("rounds", []))) if found else []
 
 
-def authors_code_value(experiment: str, method: str, metric: str, rnd: int, statistic: str):
-    """(mean, std over seeds (ddof 0), n, source) of the cell measured with the authors' released code
+def authors_code_value(experiment: str, method: str, metric: str, rnd: int, statistic: str, ddof: int = 1):
+    """(mean, std over seeds (``ddof``, as the table's), n, source) of the cell measured with the authors' released code
     (``papers/authors_code.yaml``), or None."""
     import statistics
 
@@ -68,6 +68,6 @@ def authors_code_value(experiment: str, method: str, metric: str, rnd: int, stat
             continue
         vals = (e["cells"].get(metric) or {}).get(rnd)
         if vals:
-            std = statistics.pstdev(vals) if len(vals) > 1 else float("nan")
+            std = (statistics.stdev if ddof else statistics.pstdev)(vals) if len(vals) > 1 else float("nan")
             return float(statistics.fmean(vals)), std, len(vals), f"{e['code']} ({e['config']}; seeds {e['seeds']})"
     return None

@@ -110,7 +110,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
     from fedbayes.reports.selection import run_dir, selected_point
 
     spec = p["tables"][name]
-    ddof = spec.get("std_ddof", 0)
+    ddof = p.get("std_ddof", 1)
     run_avg = int(spec.get("running", 1))   # running-average window of history-based statistics
     tol = spec.get("tolerance", {})
     refs = spec.get("published", [])
@@ -160,7 +160,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     mean = float(ok_vals.mean()) if len(ok_vals) else float("nan")
                     std = float(ok_vals.std(ddof=ddof)) if len(ok_vals) > ddof else float("nan")
                     has_pub = pub is not None and pub[0] is not None
-                    theirs = authors_code_value(exp, method, metric, at, spec["statistic"]) \
+                    theirs = authors_code_value(exp, method, metric, at, spec["statistic"], ddof) \
                         if p["scale"] == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
                     note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
@@ -179,14 +179,24 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "authors_code_n": theirs[2] if theirs else float("nan"),
                         "authors_code_source": theirs[3] if theirs else "",
                         "diff": diff, "tolerance": tol.get(metric, float("nan")),
-                        "within_tol": (abs(diff) <= tol[metric]) if has_pub and metric in tol and not math.isnan(diff)
-                        else None,
+                        "within_tol": _within(has_pub, mean, diff, tol.get(metric), key == "target" and pub is not None
+                                              and cell_st == "ok"),
                         "scale": p["scale"], "status": cell_st, "note": note,
                     })
     df = pd.DataFrame(rows)
     if not (df["target"].notna().any()):
         df = df.drop(columns="target")
     return df
+
+
+def _within(has_pub: bool, mean: float, diff: float, tol: float | None, target_cell: bool) -> bool | None:
+    """|ours − published| ≤ tolerance. In a rounds-to-target cell "never reached" is a result on either
+    side: both never reached agree, one reached and the other not do not."""
+    if tol is None:
+        return None
+    if target_cell and (not has_pub or math.isnan(mean)):
+        return (not has_pub) and math.isnan(mean)
+    return bool(abs(diff) <= tol) if has_pub and not math.isnan(diff) else None
 
 
 def _fmt(mean, std, n=None, digits=2) -> str:
@@ -229,7 +239,7 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
         stat += f", of the trailing {spec['running']}-round running average"
     return [f"# {name}: {spec.get('title', '')}", "",
             f"Scale `{p['scale']}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
-            f"(ddof={spec.get('std_ddof', 0)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
+            f"(ddof={p.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
             "vs the experiment's OOD set, positive = OOD, score = predictive entropy. Published: "
             + ", ".join(spec.get("published", [])) + ". Δ = ours − published"

@@ -1,0 +1,125 @@
+"""The reproduction scorecard (reports/README.md): verdicts, counts recounted from the CSVs, claims."""
+
+import csv
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedbayes.reports.published import load_paper
+from fedbayes.reports.scorecard import VERDICTS, build_scorecard, check_claim, verdict
+from fedbayes.reports.tables import _within
+
+
+def row(**kw):
+    base = {"status": "ok", "within_tol": None, "published_source": "p t", "published_mean": 1.0}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize("kw, expected", [
+    ({"within_tol": True}, "within tolerance"),
+    ({"within_tol": False}, "outside tolerance"),
+    ({"within_tol": "True"}, "within tolerance"),      # as read back by the csv module
+    ({"within_tol": float("nan")}, "no tolerance set"),
+    ({"status": "not run (data unavailable: Could not obtain dataset 'mnist')"}, "not run (data unavailable)"),
+    ({"status": "not run (fedlap_func is not in experiments.x.methods)"}, "not run (other)"),
+    ({"status": "diverged (seed 1 at round 7)", "within_tol": False}, "diverged"),
+    ({"status": "not comparable (no faithful substitute: ...)"}, "not comparable"),
+])
+def test_verdict_of_a_cell(kw, expected):
+    assert verdict(row(**kw)) == expected
+
+
+def test_rounds_to_target_cells_have_a_verdict_when_a_side_never_reached():
+    """A blank in a rounds-to-target cell means "never reached": both blank agree, one blank does not
+    (these cells had no verdict before)."""
+    nan = float("nan")
+    assert _within(False, nan, nan, 5, target_cell=True) is True            # neither reached the target
+    assert _within(True, nan, nan, 5, target_cell=True) is False            # paper reached it, we did not
+    assert _within(False, 32.0, nan, 5, target_cell=True) is False          # we reached it, the paper did not
+    assert _within(True, 20.0, 3.0, 5, target_cell=True) is True
+    assert _within(True, 20.0, 6.0, 5, target_cell=True) is False
+    assert _within(True, 20.0, 6.0, None, target_cell=True) is None         # no tolerance, no verdict
+    assert _within(False, nan, nan, 5, target_cell=False) is None           # a blank published accuracy: no cell
+
+
+def _recount(path):
+    """Independent recount with the csv module: verdict of every published cell of one table CSV."""
+    out = {v: 0 for v in VERDICTS}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if not r["published_source"] or (not r["published_mean"] and not r.get("target")):
+                continue
+            st = r["status"]
+            key = ("not comparable" if st.startswith("not comparable") else
+                   "not run (data unavailable)" if st.startswith("not run (data unavailable") else
+                   "not run (other)" if st.startswith("not run") else
+                   "diverged" if st.startswith("diverged") else
+                   {"True": "within tolerance", "False": "outside tolerance"}.get(r["within_tol"], "no tolerance set"))
+            out[key] += 1
+    return out
+
+
+def test_scorecard_counts_equal_a_recount_of_the_committed_tables(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(repo)
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    counts = build_scorecard(p, tmp_path / "README.md")
+    for name in p["tables"]:
+        assert counts[name] == _recount(repo / "reports" / f"{name}.csv"), name
+    total = {v: sum(counts[n][v] for n in p["tables"]) for v in VERDICTS}
+    assert all(counts["distinct"][v] <= total[v] for v in VERDICTS)
+    text = (tmp_path / "README.md").read_text()
+    d = counts["distinct"]
+    ran = d["within tolerance"] + d["outside tolerance"]
+    assert f"**{d['within tolerance']} of {ran}**" in text
+
+
+def test_committed_scorecard_is_built_from_the_committed_tables(repo, tmp_path, monkeypatch):
+    """reports/README.md is what the committed tables give (rebuild: snakemake --cores all reports/README.md)."""
+    monkeypatch.chdir(repo)
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    build_scorecard(p, tmp_path / "README.md")
+    expected = (tmp_path / "README.md").read_text()
+    assert (repo / "reports" / "README.md").read_text() == expected
+
+
+def _frame(rows):
+    return pd.DataFrame([{"experiment": e, "method": m, "metric": k, "round": r, "statistic": "mean_last3",
+                          "ours_mean": o, "published_mean": pub, "published_source": "p t", "status": st}
+                         for e, m, k, r, o, pub, st in rows])
+
+
+def test_claim_checks_direction_margin_and_what_cannot_be_tested():
+    nan = math.nan
+    df = _frame([("a", "new", "test/acc", 50, 80.0, 81.0, "ok"), ("a", "old", "test/acc", 50, 78.5, 78.0, "ok"),
+                 ("b", "new", "test/acc", 50, 75.0, 77.0, "ok"), ("b", "old", "test/acc", 50, 74.5, 74.0, "ok"),
+                 ("c", "new", "test/acc", 50, nan, 70.0, "not run (data unavailable: x)"),
+                 ("c", "old", "test/acc", 50, nan, 60.0, "not run (data unavailable: x)"),
+                 ("a", "new", "test/nll", 50, 0.50, 0.5, "ok"), ("a", "old", "test/nll", 50, 0.60, 0.4, "ok")])
+    claim = {"text": "new beats old by 1 point", "table": "t", "metric": "test/acc", "round": "last", "by": 1.0,
+             "method": "new", "beats": ["old"], "experiments": ["a", "b", "c"]}
+    res = check_claim(df, "p", claim)
+    assert [c.ours for c in res.checks] == ["holds", "does not hold", "not testable"]
+    assert res.ours == "does not hold (1 of 2)" and res.published == "holds (3 of 3)"
+    assert check_claim(df, "p", {**claim, "quantifier": "most", "experiments": ["a", "b"], "by": 0.0}).ours \
+        == "holds (2 of 2)"
+    assert check_claim(df, "p", {**claim, "experiments": ["c"]}).ours == "not testable here"
+    nll = check_claim(df, "p", {**claim, "metric": "test/nll", "by": 0.05, "experiments": ["a"]})   # lower is better
+    assert nll.ours == "holds (1 of 1)" and nll.published == "does not hold (0 of 1)"
+
+
+def test_every_claim_names_cells_of_its_table(repo):
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    papers = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
+    n = 0
+    for paper in papers:
+        for c in load_paper(paper).get("claims", []):
+            n += 1
+            spec = p["tables"][c["table"]]
+            assert c["metric"] in spec["metrics"], c["id"]
+            assert {c["method"], *c["beats"]} <= set(spec["methods"]), c["id"]
+            assert set(c["experiments"]) <= set(spec["experiments"]), c["id"]
+            assert c.get("round", "last") == "last" or isinstance(c["round"], int), c["id"]
+            assert c.get("quantifier", "all") in ("all", "most"), c["id"]
+    assert n >= 5
