@@ -123,3 +123,13 @@ def test_every_claim_names_cells_of_its_table(repo):
             assert c.get("round", "last") == "last" or isinstance(c["round"], int), c["id"]
             assert c.get("quantifier", "all") in ("all", "most"), c["id"]
     assert n >= 5
+
+
+def test_scorecard_does_not_depend_on_the_order_of_the_tables_in_params(repo, tmp_path, monkeypatch):
+    """The workflow hands the CLI params with sorted keys: the scorecard (distinct cells' verdicts
+    included) must not change with the order of `tables` (it did: 164 vs 149 cells within)."""
+    monkeypatch.chdir(repo)
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    a = build_scorecard(p, tmp_path / "a.md")
+    b = build_scorecard({**p, "tables": dict(reversed(list(p["tables"].items())))}, tmp_path / "b.md")
+    assert a == b and (tmp_path / "a.md").read_text() == (tmp_path / "b.md").read_text()

@@ -96,15 +96,26 @@ def counts(cells: pd.DataFrame) -> dict:
     return {v: int(c.get(v, 0)) for v in VERDICTS}
 
 
+def table_order(names) -> list[str]:
+    """Tables in a fixed order whatever the order of params (the workflow passes it with sorted keys):
+    the headline tables (no paper folder) first, then by name."""
+    return sorted(names, key=lambda n: ("/" in n, n))
+
+
 def distinct(cells: pd.DataFrame, published_as: dict[str, dict]) -> pd.DataFrame:
-    """One row per distinct published cell: a cell compared in several tables, or with two
-    predictions of one run (``published_as``), counts once with its first appearance's verdict
-    (tables in params order, methods in table order)."""
+    """One row per distinct published cell. A cell compared in several tables (the headline table
+    repeats the papers' cells), or with two predictions of one run (``published_as``), counts once,
+    with the verdict of the paper's own table where it is one of them (its tolerance is the paper
+    table's), else of the first table in :func:`table_order`, methods in table order."""
     if cells.empty:
         return cells
     key = cells.apply(lambda r: (r.published_source, r.experiment, published_as.get(r.table, {}).get(r.method, r.method),
                                  r.get("round"), r.get("target"), r.metric), axis=1).map(str)
-    return cells.loc[~key.duplicated()]
+    order = {n: i for i, n in enumerate(table_order(cells.table.unique()))}
+    own = cells.table != cells.published_source.str.replace(" ", "/")
+    ranked = cells.assign(_key=key, _own=own, _order=cells.table.map(order), _i=range(len(cells)))
+    ranked = ranked.sort_values(["_own", "_order", "_i"], kind="stable")
+    return ranked.loc[~ranked._key.duplicated()].drop(columns=["_key", "_own", "_order", "_i"])
 
 
 # --- claims -------------------------------------------------------------------------------------------
@@ -229,14 +240,16 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     causes = load_yaml(Path(sc["causes"]).read_text()).get("causes", []) if sc.get("causes") and Path(sc["causes"]).exists() else []
     reports = Path(paths(p)["reports"])
     frames, all_cells, subs = {}, [], {}
-    for name, spec in p["tables"].items():
+    names = table_order(p["tables"])
+    for name in names:
+        spec = p["tables"][name]
         df = read_table(p, name)
         frames[name] = df
         all_cells.append(published_cells(df))
         subs[name] = substitute_cells(df, spec)
     cells = pd.concat(all_cells, ignore_index=True)
     dist = distinct(cells, {n: s.get("published_as", {}) for n, s in p["tables"].items()})
-    result = {n: counts(cells[cells.table == n]) for n in p["tables"]}
+    result = {n: counts(cells[cells.table == n]) for n in names}
     result["distinct"] = counts(dist)
 
     short = {"within tolerance": "within", "outside tolerance": "outside", "no tolerance set": "no tol.",
@@ -258,7 +271,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
           f"data, {n['not comparable']} have no faithful substitute.", ""]
     head = ["paper / table", "cells"] + [short[v] for v in VERDICTS] + ["substitute"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, spec in p["tables"].items():
+    for name in names:
         c = result[name]
         link = f"[{name}]({_link(str(reports / (name + '.md')), reports)})"
         L.append("| " + " | ".join([link, str(sum(c.values()))] + [str(c[v]) if c[v] else "·" for v in VERDICTS]
@@ -266,14 +279,14 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     L.append("| " + " | ".join(["**distinct cells**", f"**{sum(n.values())}**"]
                                + [f"**{n[v]}**" for v in VERDICTS] + [f"**{sum(len(s) for s in subs.values())}**"]) + " |")
     L += ["", "A cell compared in two tables (the headline table1 repeats the papers' FMNIST cells) counts once in "
-          "the last row, with its first table's verdict.", ""]
+          "the last row, with the verdict of the paper's own table (its tolerance).", ""]
 
     # outside cells, grouped by (table, experiment, method), with their cause
     out_cells = cells[cells.verdict == "outside tolerance"]
     L += ["## Outside tolerance, and why", ""]
     if out_cells.empty:
         L += ["None.", ""]
-    for name in p["tables"]:
+    for name in names:
         t = out_cells[out_cells.table == name]
         if t.empty:
             continue
@@ -324,7 +337,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
 
     # links
     L += ["## Tables and figures", ""]
-    for name, spec in p["tables"].items():
+    for name in names:
+        spec = p["tables"][name]
         figs = [f"[{f}]({_link(str(reports / 'figures' / f), reports)})" for f in table_figures(name, spec)
                 if (reports / "figures" / f).exists()]
         notes = [f"[notes]({_link(spec['notes'], reports)})"] if spec.get("notes") else []
