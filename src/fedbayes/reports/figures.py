@@ -198,7 +198,7 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
         fig.suptitle(textwrap.fill(f"{spec.get('title', '')}: reliability at the final round (bins pooled over seeds; "
                                    f"bar = accuracy in the bin, hatched = gap to its mean confidence, diagonal = "
                                    f"perfect calibration; bins of fewer than {MIN_BIN} points not drawn)",
-                                   width=int(18 * 2.1 * ncol)), fontsize=9)
+                                   width=int(12 * 2.1 * ncol)), fontsize=9)
         for xi, x in enumerate(exps):
             placed = [b for b in bases if b in experiment_config(p, x)["methods"]]
             for k, base in enumerate(placed):
