@@ -298,7 +298,7 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def markdown(results: list[dict], args, baseline: dict[str, dict]) -> str:
+def markdown(results: list[dict], args, baseline: dict[str, dict], load_start: list[str]) -> str:
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
     lines = [
         "# Roofline: seconds per round against the FLOP floor",
@@ -312,8 +312,15 @@ def markdown(results: list[dict], args, baseline: dict[str, dict]) -> str:
         "- train = the engine's time_s (clients + server); floor = multiply-adds of the passes made × 2 / matmul rate "
         "(forward + backward = 3 forwards); eval = one evaluation of every variant (test + OOD), sampled "
         "predictives scaled from the networks run to pred_samples",
-        "",
     ]
+    if args.local_epochs or args.max_test:
+        lines.append(f"- **debug scale**: every protocol's local epochs set to {args.local_epochs} (server iterations and "
+                     f"epochs capped at 20), test/OOD rows {args.max_test or 'all'}: per-step ratios hold, seconds per "
+                     "round do not")
+    if float(load_start[0]) > 1.5:
+        lines.append(f"- **busy machine** (load average {load_start[0]} at the start): timings and ratios are not "
+                     "valid; rerun when the load is below ~1.5")
+    lines.append("")
     head = ["protocol", "experiment", "model (params)", "steps/round", "local s", "extra s", "server s",
             "train s/round", "floor s", "ratio"]
     if baseline:
@@ -357,6 +364,7 @@ def main():
     from fedbayes.config import load_params
 
     p = load_params(args.params, scale="paper")
+    load_start = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["0"]
     args.gflops = matmul_gflops()
     print(f"fp32 matmul, {torch.get_num_threads()} thread(s): {args.gflops:.1f} GFLOP/s")
     wanted = args.protocols or [n for n, *_ in PROTOCOLS]
@@ -381,7 +389,7 @@ def main():
             if rec.get("benchmark") == "roofline" and rec.get("label") == args.baseline:
                 baseline[rec["protocol"]] = rec          # the latest line of each protocol wins
     if args.md:
-        Path(args.md).write_text(markdown(results, args, baseline))
+        Path(args.md).write_text(markdown(results, args, baseline, load_start))
         print(f"wrote {args.md}")
 
 
