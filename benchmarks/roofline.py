@@ -304,15 +304,19 @@ def markdown(results: list[dict], args, baseline: dict[str, dict], load_start: l
         "# Roofline: seconds per round against the FLOP floor",
         "",
         f"- machine: {cpu_name()}, {torch.get_num_threads()} thread(s); torch {torch.__version__}; "
-        f"one-thread fp32 matmul {args.gflops:.1f} GFLOP/s (2048³ torch.mm)",
+        f"one-thread fp32 matmul {args.gflops:.1f} GFLOP/s (2048³ torch.mm; each row's own in its GFLOP/s column)",
         f"- date: {datetime.datetime.now().isoformat(timespec='minutes')}; load average at the end {' '.join(load)}",
         f"- command: `{' '.join(['python'] + sys.argv)}`",
-        f"- {args.warmup} warm-up round(s), then {args.rounds} measured; seconds per round are their mean; seed 0; "
-        "the selected sweep point (results/runs/…/selected.json) where one exists, else the first",
+        ("- each row: its JSON line's warm-up and measured rounds" if args.render else
+         f"- {args.warmup} warm-up round(s), then {args.rounds} measured") + "; seconds per round are the measured "
+        "rounds' mean; seed 0; the selected sweep point (results/runs/…/selected.json) where one exists, else the first",
         "- train = the engine's time_s (clients + server); floor = multiply-adds of the passes made × 2 / matmul rate "
         "(forward + backward = 3 forwards); eval = one evaluation of every variant (test + OOD), sampled "
         "predictives scaled from the networks run to pred_samples",
     ]
+    if args.render:
+        lines.append(f"- rendered from the `{args.render}` lines of the JSON-lines file (one run each; its settings, "
+                     "rounds and load are in its line), not measured by this command")
     if args.local_epochs or args.max_test:
         lines.append(f"- **debug scale**: every protocol's local epochs set to {args.local_epochs} (server iterations and "
                      f"epochs capped at 20), test/OOD rows {args.max_test or 'all'}: per-step ratios hold, seconds per "
@@ -325,7 +329,7 @@ def markdown(results: list[dict], args, baseline: dict[str, dict], load_start: l
             "train s/round", "floor s", "ratio"]
     if baseline:
         head += ["before s/round", "before ratio"]
-    head += ["local acc s", "eval s (variants)", "eval floor s", "eval ratio", "note"]
+    head += ["local acc s", "eval s (variants)", "eval floor s", "eval ratio", "GFLOP/s", "note"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     notes = {n: note for n, *_, note in PROTOCOLS}
     for r in results:
@@ -339,7 +343,8 @@ def markdown(results: list[dict], args, baseline: dict[str, dict], load_start: l
         if r["pred_samples"]:
             ev += f"; {r['pred_samples']} samples (ran {r['pred_samples_run']})"
         row += [f"{r['local_acc_s']:.2f}" if r["local_acc_s"] else "–", f"{r['eval_s']:.2f} ({ev})",
-                f"{r['floor_eval_s']:.2f}", f"{r['ratio_eval']:.1f}×" if r["ratio_eval"] else "–", notes.get(r["protocol"], "")]
+                f"{r['floor_eval_s']:.2f}", f"{r['ratio_eval']:.1f}×" if r["ratio_eval"] else "–", f"{r['gflops']:.1f}",
+                notes.get(r["protocol"], "")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -356,6 +361,8 @@ def main():
     ap.add_argument("--baseline", default=None, help="label in --out whose latest rows fill a 'before' column")
     ap.add_argument("--md", default="benchmarks/roofline.md", help="markdown table ('' = none)")
     ap.add_argument("--out", default="benchmarks/results.jsonl", help="JSON lines appended here ('' = none)")
+    ap.add_argument("--render", default=None, metavar="LABEL",
+                    help="run nothing: write --md from the latest --out lines of LABEL (one per protocol)")
     ap.add_argument("--local-epochs", type=int, default=None, help="debugging: override every protocol's E (and cap server iterations/epochs at 20)")
     ap.add_argument("--max-test", type=int, default=None, help="debugging: evaluate on this many test/OOD rows")
     args = ap.parse_args()
@@ -365,12 +372,17 @@ def main():
 
     p = load_params(args.params, scale="paper")
     load_start = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["0"]
-    args.gflops = matmul_gflops()
+    args.gflops = matmul_gflops(reps=1 if args.render else 3)
     print(f"fp32 matmul, {torch.get_num_threads()} thread(s): {args.gflops:.1f} GFLOP/s")
     wanted = args.protocols or [n for n, *_ in PROTOCOLS]
     results = []
+    if args.render:
+        latest = {rec["protocol"]: rec for rec in map(json.loads, Path(args.out).read_text().splitlines())
+                  if rec.get("benchmark") == "roofline" and rec.get("label") == args.render}
+        results = [latest[n] for n in wanted if n in latest]
+        args.out = "" if not args.baseline else args.out
     for name, experiment, method, changes, _ in PROTOCOLS:
-        if name not in wanted:
+        if args.render or name not in wanted:
             continue
         t0 = time.perf_counter()
         r = measure(p, name, experiment, method, changes, args)
