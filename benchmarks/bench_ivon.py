@@ -7,7 +7,7 @@ is, with ``methods/ivon.py`` of ``--baseline-rev`` (loaded from git), and FedAvg
 them alike; medians per step and their ratios are printed, and the two IVON versions' iterates are
 checked to be the same bit for bit.
 
-    python benchmarks/bench_ivon.py                           # fmnist10-dir-k10, baseline HEAD~2
+    python benchmarks/bench_ivon.py                           # fmnist10-dir-k10, baseline 52f5b95
     python benchmarks/bench_ivon.py --baseline-rev 52f5b95 --reps 15 --out benchmarks/results.jsonl
 """
 
@@ -39,7 +39,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--experiment", default="fmnist10-dir-k10")
-    ap.add_argument("--baseline-rev", default="HEAD~2")
+    ap.add_argument("--baseline-rev", default="52f5b95", help="default: the last revision before the in-place IVON step")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="append the result as a JSON line to this file")
