@@ -152,3 +152,64 @@ def test_gaussian_samples_are_the_same_networks_for_every_chunk():
     torch.testing.assert_close(whole, parts)
     zero = gaussian_samples_logits(fm, m, torch.zeros_like(m), x, 3, seed=1)
     torch.testing.assert_close(zero, fm(m, x).expand(3, -1, -1))
+
+
+def _reference_ivon_train(fm, st, data, rng, *, epochs, batch_size, lr, ess, delta, prior_mean=0.0, v=None, u=None,
+                          beta1=0.9, beta2=0.99999, mc_samples=1, clip_radius=math.inf, debias=True):
+    """ivon_train as first written: a fresh tensor for every intermediate and the functional ``ivon_step``."""
+    n, bs = len(data), batch_size
+    total_steps, i = epochs * math.ceil(n / bs), 0
+    for _ in range(epochs):
+        perm = torch.from_numpy(rng.permutation(n))
+        for start in range(0, n, bs):
+            idx = perm[start:start + bs]
+            x, y = data.x[idx], data.y[idx]
+            std = (ess * (st.h + delta)).rsqrt()
+            grad = nxg = None
+            for s in range(mc_samples):
+                noise = torch.randn(st.m.shape, dtype=st.m.dtype) * std
+                theta = (st.m + noise).requires_grad_(True)
+                (gs,) = torch.autograd.grad(F.cross_entropy(fm(theta, x), y), theta)
+                grad = gs if grad is None else grad + (gs - grad) / (s + 1)
+                nxg = noise * gs if nxg is None else nxg + (noise * gs - nxg) / (s + 1)
+            with torch.no_grad():
+                st = ivon_step(st, grad, nxg, lr=lr(i, total_steps), ess=ess, delta=delta, beta1=beta1, beta2=beta2,
+                               prior_mean=prior_mean, v=v, u=u, clip_radius=clip_radius, debias=debias)
+            i += 1
+    return st
+
+
+@pytest.mark.parametrize("kw", [
+    dict(mc_samples=1, tensors=True, clip_radius=math.inf, debias=True),     # BayesADMM: δ, m_p, v, u vectors
+    dict(mc_samples=1, tensors=False, clip_radius=math.inf, debias=True),    # FedIVON: scalar δ, no prior mean
+    dict(mc_samples=3, tensors=True, clip_radius=1e-3, debias=False),
+])
+def test_in_place_ivon_train_is_bit_identical_to_the_functional_step(kw):
+    """ivon_train updates its state in place (no per-step temporaries); its iterates are the functional
+    ``ivon_step``'s bit for bit, and the caller's state tensors are left untouched."""
+    kw = dict(kw)
+    fm = FlatModel(_net())
+    P = fm.n_params
+    g = torch.Generator().manual_seed(3)
+    m0 = fm.flat_params()
+    st = IVONState(m0.clone(), torch.rand(P, generator=g) * 1e-2, torch.randn(P, generator=g) * 1e-2, 4)
+    extra = {}
+    if kw.pop("tensors"):
+        extra = dict(delta=torch.rand(P, generator=g) * 1e-3 + 1e-4, prior_mean=torch.randn(P, generator=g),
+                     v=torch.randn(P, generator=g) * 1e-3, u=torch.rand(P, generator=g) * 1e-3)
+    else:
+        extra = dict(delta=2e-4)
+    xs, ys = zip(*_batches(n_steps=6, bs=7))
+    data = ClientData(torch.cat(xs), torch.cat(ys))
+    common = dict(epochs=3, batch_size=8, lr=lambda i, n: 0.05 * (1 - i / n), ess=300.0, beta1=0.9, beta2=0.999,
+                  **extra, **kw)
+    before = [t.clone() for t in (st.m, st.h, st.g)]
+    torch.manual_seed(7)
+    ref = _reference_ivon_train(fm, st, data, np.random.default_rng(5), **common)
+    torch.manual_seed(7)
+    got, _, steps = ivon_train(fm, st, data, np.random.default_rng(5), **common)
+    assert steps == ref.t - st.t == 18
+    for name in ("m", "h", "g"):
+        assert torch.equal(getattr(got, name), getattr(ref, name)), name
+    assert got.t == ref.t
+    assert all(torch.equal(a, b) for a, b in zip(before, (st.m, st.h, st.g)))
