@@ -282,10 +282,10 @@ def test_fedlap_func_converges_to_the_map():
 def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_factory, tmp_path):
     """Each registered method runs in the real engine, learns the synthetic task, and a killed run
     resumes to the same numbers (client and server states go through the checkpoint)."""
-    from fedbayes.methods import METHODS
+    from fedbayes.catalog import METHOD_VARIANTS
 
     torch.set_default_dtype(torch.float32)
-    assert name in METHODS
+    assert name in METHOD_VARIANTS
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1, **extra}
     cfg = cfg_factory(method=name, hparams=hp)
     full = run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
@@ -293,7 +293,7 @@ def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_fa
     run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None, stop_after=2)
     resumed = run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None)
     assert [r["test/nll"] for r in full] == [r["test/nll"] for r in resumed]
-    variants = [v for v in METHODS[name].variants if v]  # e.g. BayesADMM's point prediction at the mean
+    variants = [v for v in METHOD_VARIANTS[name] if v]  # e.g. BayesADMM's point prediction at the mean
     assert all(r[f"{v}/test/nll"] == q[f"{v}/test/nll"] for r, q in zip(full, resumed) for v in variants)
     assert all(full[-1][f"{v}/test/acc"] > 0.5 for v in variants)
 

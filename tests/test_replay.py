@@ -9,7 +9,8 @@ Two checks, both bit for bit:
 - one committed paper-scale run per method (``REPLAYED``): its first round retrained from its run.json
   (``fedbayes replay``) against its committed history.csv.
 
-After a deliberate numerics change: bump the version in fedbayes/catalog.py, write the new golden with
+After a deliberate numerics change: bump the method spec's ``numerics`` (fedbayes/methods/builtin.py)
+or CORE_NUMERICS (fedbayes/catalog.py), write the new golden with
 ``python tests/test_replay.py METHOD …``, and rerun the method's runs (Snakemake plans exactly those).
 """
 
@@ -131,8 +132,8 @@ def test_method_numerics_match_their_golden(method, tmp_path):
     diffs = [f"round {w['round']}: {k} {w[k]} != {g.get(k, '<absent>')}"
              for w, g in zip(want, got) for k in w if w[k] != g.get(k, "")]
     assert len(want) == len(got) and not diffs, (
-        f"{method}'s numbers changed without a numerics version bump (fedbayes/catalog.py "
-        f"METHOD_NUMERICS / CORE_NUMERICS): {diffs[:4]}")
+        f"{method}'s numbers changed without a numerics version bump (its spec's numerics, "
+        f"fedbayes/methods/builtin.py, or CORE_NUMERICS, fedbayes/catalog.py): {diffs[:4]}")
 
 
 @pytest.mark.parametrize("method", sorted(REPLAYED))
@@ -154,7 +155,7 @@ def test_committed_run_replays_bit_for_bit(method):
         fetch_dataset(d, str(raw), download=False)
     diffs = replay_run(run, rounds=1, raw=str(raw))
     assert not diffs, (f"{method}: the committed run {REPLAYED[method]} no longer replays: {diffs[:4]}; a change "
-                       f"that alters numbers bumps METHOD_NUMERICS['{method}'] or CORE_NUMERICS (fedbayes/catalog.py)")
+                       f"that alters numbers bumps {method}'s spec's numerics (fedbayes/methods/builtin.py) or CORE_NUMERICS")
 
 
 def test_every_method_with_committed_runs_is_replayed():

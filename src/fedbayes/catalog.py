@@ -1,39 +1,25 @@
 """Names params.yaml may use, without importing torch: methods with their prediction variants and
-numerics versions, and models. Validation (every CLI command and the Snakefile) reads these; importing the implementations
-would cost every non-training job 4 s of torch import. tests/test_config.py checks that this catalogue
-and the implementations (``fedbayes.methods.METHODS``, ``fedbayes.models.MODELS``) agree."""
+numerics versions (derived from the method specs, ``fedbayes.methods.spec``), and models. Validation
+(every CLI command and the Snakefile) reads these; importing the implementations would cost every
+non-training job 4 s of torch import. tests/test_config.py checks that the models listed here and the
+implementations (``fedbayes.models.MODELS``) agree."""
 
 from __future__ import annotations
 
+from fedbayes.methods.spec import MethodSpec, code_defaults, method_specs
+
+# Methods are described once each, in ``fedbayes.methods.builtin`` or by an installed package (entry-point
+# group ``fedbayes.methods``, ``fedbayes.methods.spec``); the tables below are derived from those specs.
+METHOD_SPECS: dict[str, MethodSpec] = method_specs()
+
 # method → {prediction variant: "point" | "samples"}; "" is the method's own prediction
-# (``Method.variants``; a sampled variant may be evaluated less often, see engine.loop.evaluated_variants)
-POINT = {"": "point"}
-METHOD_VARIANTS: dict[str, dict[str, str]] = {
-    "fedavg": POINT,
-    "fedprox": POINT,
-    "fedadmm": POINT,
-    "feddyn": {"": "point", "avg": "point"},
-    "fedlap": POINT,
-    "fedlap_cov": POINT,
-    "fedlap_func": POINT,
-    "bayesadmm": {"": "samples", "mean": "point"},
-    "fedivon": {"": "samples", "mean": "point"},
-    "fola": POINT,
-    "fedcurv": POINT,
-    "fedavgm": POINT,
-    "fedpa": POINT,
-    "fedep": {"": "point", "mc": "samples"},
-    "fedsep": {"": "point", "mc": "samples"},
-    "scaffold": POINT,
-    "fednova": POINT,
-    "fedbe": POINT,
-    **{f"{m}_{v}": {"": "point", "mc": "samples"} for m in ("fedep", "fedsep") for v in "imlv"},
-}
+# (a sampled variant may be evaluated less often, see engine.loop.evaluated_variants)
+METHOD_VARIANTS: dict[str, dict[str, str]] = {m: dict(s.variants) for m, s in METHOD_SPECS.items()}
 
 # Hyperparameters with a default in the code: a resolved configuration leaves out a value equal to its
 # default, so that declaring the default in params.yaml (or adding a new option) changes no run's
-# configuration and reruns nothing.
-HPARAM_DEFAULTS: dict[str, object] = {"client_optimizer": "fresh", "prox_norm": "squared", "client_rows": "partition"}
+# configuration and reruns nothing (the ``code_default`` fields of the methods' hyperparameters).
+HPARAM_DEFAULTS: dict[str, object] = code_defaults(METHOD_SPECS)
 
 # Numerics versions: the rerun rule. A finished run is rerun when what it would compute changes — its
 # resolved configuration (params.yaml), or the numerics version of its method or of the shared core
@@ -43,11 +29,8 @@ HPARAM_DEFAULTS: dict[str, object] = {"client_optimizer": "fresh", "prox_norm": 
 # method, when the code no longer gives its history bit for bit. A refactor that keeps the numbers
 # bumps nothing and retrains nothing. A run.json without ``numerics`` was trained at version 1.
 CORE_NUMERICS = 1
-METHOD_NUMERICS: dict[str, int] = {m: 1 for m in METHOD_VARIANTS} | {
-    # 2: the proximal / dual terms' gradients added in closed form (extra_grad), not through autograd
-    "fedprox": 2, "fedadmm": 2, "fedlap": 2, "fedlap_cov": 2,
-    "feddyn": 2,   # 2: also the feddyn@avg prediction (the clients' plain average) beside the cloud model
-}
+# Each method's version is its spec's ``numerics`` (why each was bumped: a comment beside it).
+METHOD_NUMERICS: dict[str, int] = {m: s.numerics for m, s in METHOD_SPECS.items()}
 
 
 def numerics(method: str) -> dict[str, int]:

@@ -281,7 +281,7 @@ def cmd_replay(args) -> None:
                                  f"{len(diffs)} values differ, first: {diffs[0]}"), flush=True)
     if bad:
         print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs do not replay; a change that alters numbers "
-              "bumps its numerics version (fedbayes/catalog.py)", file=sys.stderr)
+              "bumps its numerics version (the method spec's numerics, or fedbayes/catalog.py CORE_NUMERICS)", file=sys.stderr)
         sys.exit(1)
 
 

@@ -37,8 +37,37 @@ def deep_merge(base: dict, override: dict | None) -> dict:
 def _schema_for(params_path: Path) -> dict:
     for root in (params_path.resolve().parent, Path.cwd()):
         if (root / SCHEMA_PATH).exists():
-            return load_yaml((root / SCHEMA_PATH).read_text())
+            return complete_schema(load_yaml((root / SCHEMA_PATH).read_text()))
     raise ConfigError(f"schema {SCHEMA_PATH} not found next to {params_path}")
+
+
+def complete_schema(schema: dict) -> dict:
+    """The params schema with what the method specs declare filled in (``fedbayes.methods.spec``): the
+    rule of every method hyperparameter (``$defs/hparams``), the keys an experiment's ``train:`` block may
+    set (``$defs/train``) and the keys a sweep grid may vary (``$defs/grid``). The schema file holds the
+    rest; completing a completed schema changes nothing."""
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.methods.spec import hparam_rules, sweepable, train_keys
+
+    out = copy.deepcopy(schema)
+    defs = out["$defs"]
+    rules = hparam_rules(METHOD_SPECS)
+    own = defs["hparams"].get("properties") or {}
+    clash = sorted(k for k in own if k in rules and own[k] != rules[k])
+    if clash:
+        raise ConfigError(f"method hyperparameters {clash} clash with the schema's own keys of $defs/hparams")
+    defs["hparams"]["properties"] = {**rules, **own}
+    defs["train"]["properties"] = {k: rules[k] for k in train_keys(METHOD_SPECS)}
+    defs["grid"]["propertyNames"] = {"enum": sweepable(METHOD_SPECS)}
+    return out
+
+
+def check_value(value: Any, rule: dict) -> str | None:
+    """Why ``value`` breaks a hyperparameter's schema ``rule`` (the method specs' validation), or None."""
+    from fedbayes.methods.spec import DEFS
+
+    error = next(iter(_Validator({"$defs": DEFS, **rule}).iter_errors(value)), None)
+    return None if error is None else error.message
 
 
 def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
@@ -140,10 +169,12 @@ def _grid_errors(validator, params: dict, schema: dict) -> list[tuple[list, str]
 def validate(params: dict, schema: dict) -> None:
     """Refuse, naming each dotted key, whatever params.yaml (or the configuration Snakemake loaded) asks
     that no run could do as written: non-finite numbers, schema violations (integers strict, every sweep
-    grid value under its hyperparameter's rule), then the semantic checks."""
+    grid value under its hyperparameter's rule; the schema completed from the method specs), then the
+    semantic checks."""
     problems = _value_problems(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+    schema = complete_schema(schema)
     v = _Validator(schema)
     errors = [(list(e.path), e.message) for e in v.iter_errors(params)] + _grid_errors(v, params, schema)
     if errors:

@@ -1,51 +1,45 @@
-"""Federated methods, one module per family. ``METHODS`` maps the params.yaml name to the class."""
+"""Federated methods. Each is described once by a torch-free ``MethodSpec`` (``fedbayes.methods.spec``;
+the built-in ones in ``fedbayes.methods.builtin``, others from installed packages through the entry-point
+group ``fedbayes.methods``); its tensor math is a ``Method`` subclass (``fedbayes.methods.base``).
 
-from fedbayes.catalog import split_variant
-from fedbayes.methods.admm import FedADMM, FedDyn
-from fedbayes.methods.base import ClientData, Method
-from fedbayes.methods.bayesadmm import BayesADMM
-from fedbayes.methods.fedavg import FedAvg
-from fedbayes.methods.fedbe import FedBE
-from fedbayes.methods.fedcurv import FedCurv
-from fedbayes.methods.fedep import FedAvgM, FedEP, FedPA, FedSEP, with_variant
-from fedbayes.methods.fedivon import FedIVON
-from fedbayes.methods.fedlap import FedLap, FedLapCov
-from fedbayes.methods.fedlap_func import FedLapFunc
-from fedbayes.methods.fednova import FedNova
-from fedbayes.methods.fola import FOLA
-from fedbayes.methods.prox import FedProx
-from fedbayes.methods.scaffold import Scaffold
+Importing this package imports no torch: ``METHODS`` (params.yaml name → class), ``Method``,
+``ClientData`` and ``build_method`` load the implementations on first use.
+"""
 
-METHODS: dict[str, type[Method]] = {
-    "fedavg": FedAvg,
-    "fedprox": FedProx,
-    "fedadmm": FedADMM,
-    "feddyn": FedDyn,
-    "fedlap": FedLap,
-    "fedlap_cov": FedLapCov,
-    "fedlap_func": FedLapFunc,
-    "bayesadmm": BayesADMM,
-    "fedivon": FedIVON,
-    "fola": FOLA,
-    "fedcurv": FedCurv,
-    "fedavgm": FedAvgM,
-    "fedpa": FedPA,
-    "fedep": FedEP,
-    "fedsep": FedSEP,
-    "scaffold": Scaffold,
-    "fednova": FedNova,
-    "fedbe": FedBE,
-    **{f"{name}_{v.lower()}": with_variant(cls, v) for name, cls in (("fedep", FedEP), ("fedsep", FedSEP))
-       for v in "IMLV"},
-}
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fedbayes.methods.spec import ENTRY_POINT_GROUP, Hyperparameters, MethodSpec, method_specs
+
+if TYPE_CHECKING:
+    from fedbayes.methods.base import ClientData, Method
 
 
 def build_method(name: str, fm, hp: dict, client_sizes) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; implemented: {sorted(METHODS)}")
-    m = METHODS[name](fm, hp, client_sizes)
-    m.name = name
+    """The method ``name`` (a params.yaml key) on flat model ``fm``, with its spec's prediction variants."""
+    specs = method_specs()
+    if name not in specs:
+        raise ValueError(f"unknown method {name!r}; implemented: {sorted(specs)}")
+    m = specs[name].load()(fm, hp, client_sizes)
+    m.name, m.spec = name, specs[name]
+    m.variants = dict(specs[name].variants)
     return m
 
 
-__all__ = ["METHODS", "ClientData", "Method", "build_method", "split_variant"]
+def __getattr__(name: str) -> Any:
+    if name == "METHODS":
+        return {k: s.load() for k, s in method_specs().items()}
+    if name in ("ClientData", "Method"):
+        from fedbayes.methods import base
+
+        return getattr(base, name)
+    if name == "split_variant":   # (fedbayes.catalog imports this package's spec module)
+        from fedbayes.catalog import split_variant
+
+        return split_variant
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ENTRY_POINT_GROUP", "METHODS", "ClientData", "Hyperparameters", "Method", "MethodSpec", "build_method",
+           "method_specs", "split_variant"]

@@ -38,8 +38,6 @@ class FedADMM(Method):
 
 
 class FedDyn(Method):
-    variants = {"": "point", "avg": "point"}
-
     def alpha_k(self, k: int) -> float:
         return float(self.hp["alpha"]) / (self.n_clients * float(self.weights[k]))
 

@@ -9,9 +9,12 @@ A federated method is a small module of tensor math on flat parameter vectors:
 * ``server_update(...)`` what the server does with the messages;
 * ``predict_logits(...)`` how the method predicts: (N, C) for a point estimate, (S, N, C) for S
                          posterior samples (the evaluator averages probabilities, never logits).
-                         ``variants`` names the predictions one run is evaluated with: "" is the
-                         method's own; e.g. BayesADMM adds "mean" (the point prediction at the
+                         The spec's ``variants`` names the predictions one run is evaluated with: ""
+                         is the method's own; e.g. BayesADMM adds "mean" (the point prediction at the
                          posterior mean, reported as ``bayesadmm@mean``).
+
+What a method is called, its hyperparameters and variants are declared in its ``MethodSpec``
+(``fedbayes.methods.spec``; docs/adding-a-method.md).
 
 The engine owns everything else (rounds, sampling, data, evaluation, checkpoints, tracking).
 """
@@ -58,8 +61,36 @@ class Method:
     rounds: int = field(default=0, init=False)   # the run's R (set by the engine; schedules over rounds)
     clients_per_round: int = field(default=0, init=False)   # M, clients sampled a round (set by the engine)
     seed: int = field(default=0, init=False)   # the run's base seed (set by the engine; server-side random streams)
-    # prediction variant → "point" or "samples" (sampled variants may be evaluated less often)
+    # prediction variant → "point" or "samples": the spec's ``variants``, set by ``build_method``
     variants = {"": "point"}
+
+    @classmethod
+    def with_fixed(cls, fixed: dict, key: str = "") -> type[Method]:
+        """This method with hyperparameters fixed (``MethodSpec.fixed``; ``fedep_i`` is FedEP with
+        ``variant: I``, a row of its own in the FedEP paper's tables): a run may not set them otherwise."""
+        base = cls
+
+        class Fixed(cls):
+            def __init__(self, fm, hp, client_sizes):
+                for k, v in fixed.items():
+                    if hp.get(k, v) != v:
+                        raise ValueError(f"{key or base.__name__}: {k} is fixed to {v!r}, got {hp[k]!r}")
+                super().__init__(fm, {**hp, **fixed}, client_sizes)
+
+        Fixed.__name__ = Fixed.__qualname__ = cls.__name__ + "".join(str(v) for v in fixed.values())
+        return Fixed
+
+    spec = None   # its MethodSpec (fedbayes.methods.spec), set by build_method
+
+    @property
+    def p(self):
+        """The run's hyperparameters as the spec's typed ``params`` (its defaults where params.yaml gives
+        none; validated on first use): ``self.p.server_lr`` instead of ``self.hp.get("server_lr", 1.0)``."""
+        if "_p" not in self.__dict__:
+            if self.spec is None:
+                raise AttributeError(f"{type(self).__name__}.p needs the method's spec (build it with build_method)")
+            self.__dict__["_p"] = self.spec.params.from_hparams(self.hp)
+        return self.__dict__["_p"]
 
     @property
     def n_clients(self) -> int:

@@ -38,7 +38,6 @@ from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_train
 
 
 class BayesADMM(Method):
-    variants = {"": "samples", "mean": "point"}
     loss_fn = staticmethod(F.cross_entropy)   # minibatch-mean loss ℓ̄ (a test swaps in a Gaussian one)
 
     @property

@@ -169,7 +169,6 @@ class FedEP(FedAvgM):
     """Stateful EP (``stateful = True``); FedSEP is the stateless subclass."""
 
     stateful = True
-    variants = {"": "point", "mc": "samples"}
 
     def switch(self, server):
         mu0 = server["w"]
@@ -303,18 +302,4 @@ class FedEP(FedAvgM):
 
 class FedSEP(FedEP):
     stateful = False
-
-
-def with_variant(cls: type[FedEP], variant: str) -> type[FedEP]:
-    """FedEP / FedSEP with the tilted approximation fixed: the method names ``fedep_i`` … ``fedsep_v`` of
-    the FedEP paper's tables (each its own row, its own runs)."""
-
-    class Fixed(cls):
-        def __init__(self, fm, hp, client_sizes):
-            if hp.get("variant", variant) != variant:
-                raise ValueError(f"{cls.__name__}-{variant}: variant is fixed to {variant!r}, got {hp['variant']!r}")
-            super().__init__(fm, {**hp, "variant": variant}, client_sizes)
-
-    Fixed.__name__ = Fixed.__qualname__ = f"{cls.__name__}{variant}"
-    return Fixed
 

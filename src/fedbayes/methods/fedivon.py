@@ -29,7 +29,6 @@ from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_train
 
 
 class FedIVON(Method):
-    variants = {"": "samples", "mean": "point"}
     loss_fn = staticmethod(F.cross_entropy)   # minibatch-mean loss ℓ̄ (a test swaps in a Gaussian one)
 
     def init_state(self, w0):

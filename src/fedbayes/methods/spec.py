@@ -1,0 +1,276 @@
+"""How a method describes itself, torch-free: a ``MethodSpec`` (key, prediction variants, numerics version,
+hyperparameters, needs, where the tensor math lives) and the ``Hyperparameters`` dataclass its
+``params`` extends.
+
+Everything that names methods without running them reads the specs: validation of params.yaml (the
+params schema's method hyperparameters and the sweepable keys are generated from the ``params``
+dataclasses, ``fedbayes.config.complete_schema``), ``fedbayes.catalog`` (variants, numerics versions,
+code defaults), the DAG and the reports. The implementation (``"module:Class"``) is imported only by
+``MethodSpec.load``, so none of them imports torch.
+
+The registry is the built-in specs (``fedbayes.methods.builtin``) plus those that installed packages
+register under the entry-point group ``fedbayes.methods`` (docs/adding-a-method.md)::
+
+    [project.entry-points."fedbayes.methods"]
+    fedavg_slr = "fedbayes_example_method:SPEC"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+ENTRY_POINT_GROUP = "fedbayes.methods"
+KEY_PATTERN = re.compile(r"^[a-z_]+$")   # a method is a path component of every run (workflow/rules/common.smk)
+PREDICTIONS = ("point", "samples")
+NEEDS = {
+    "server_data": "a share of the training points held out on the server (hyperparameter server_unlabeled)",
+    "local_models": "local_weights() returns each client's model (local/acc, experiments.<e>.local_eval)",
+}
+
+POINT: Mapping[str, str] = {"": "point"}
+
+
+class _Required:
+    """Default of a hyperparameter the implementation reads without a default (``hp["lr"]``)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+    def __reduce__(self):
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+# JSON Schema rules shared by several hyperparameters; DEFS are the params schema's $defs they refer to
+DEFS = {"posint": {"type": "integer", "minimum": 1}, "posnum": {"type": "number", "exclusiveMinimum": 0}}
+RESERVED = ("sweep", "seeds", "overrides")   # keys of methods.<m> that are not hyperparameters
+POSNUM = {"$ref": "#/$defs/posnum"}
+POSINT = {"$ref": "#/$defs/posint"}
+NONNEG = {"type": "number", "minimum": 0}
+NONNEG_INT = {"type": "integer", "minimum": 0}
+SHARE = {"type": "number", "minimum": 0, "maximum": 1}
+BOOL = {"type": "boolean"}
+
+
+def enum(*values) -> dict:
+    return {"enum": list(values)}
+
+
+def hparam(default: Any, rule: dict, doc: str, *, sweep: bool = False, train: bool = False,
+           code_default: bool = False) -> Any:
+    """A hyperparameter field: ``default`` is the value the implementation uses when params.yaml gives
+    none (``REQUIRED``: it must be given); ``rule`` is its JSON Schema rule in params.yaml; ``doc`` what
+    it does and where it comes from. ``sweep``: a sweep grid may vary it; ``train``: an experiment's
+    ``train:`` block may set it; ``code_default``: a resolved run configuration leaves out a value equal
+    to ``default`` (``catalog.HPARAM_DEFAULTS``: declaring a new option reruns nothing)."""
+    return field(default=default, metadata={"rule": rule, "doc": doc, "sweep": sweep, "train": train,
+                                            "code_default": code_default})
+
+
+_KEEP: Any = object()
+
+
+def like(params: type[Hyperparameters], name: str, default: Any = _KEEP, doc: str | None = None) -> Any:
+    """The field ``name`` of ``params`` with another default (and doc): one rule, several defaults
+    (``server_lr`` is 1.0 for SCAFFOLD, 1e-3 for FedBE)."""
+    f = params.field(name)
+    meta = dict(f.metadata)
+    if doc is not None:
+        meta["doc"] = doc
+    return field(default=f.default if default is _KEEP else default, metadata=meta)
+
+
+def hyperparameters(cls: type) -> type:
+    """Decorator of a ``Hyperparameters`` subclass: a frozen, keyword-only dataclass."""
+    return dataclass(frozen=True, kw_only=True)(cls)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hyperparameters:
+    """What every method accepts: local training and the engine's per-run options (``train:`` keys
+    can also be set per experiment). A method's ``params`` subclasses this and adds its own fields."""
+
+    optimizer: str = hparam("adam", enum("adam", "sgd"), "local optimiser (methods/base.py make_optimizer)",
+                            sweep=True, train=True)
+    lr: float = hparam(REQUIRED, POSNUM, "local learning rate", sweep=True, train=True)
+    batch_size: int = hparam(REQUIRED, POSINT, "local minibatch size", sweep=True, train=True)
+    local_epochs: int = hparam(REQUIRED, POSINT, "passes over the client's data a round", sweep=True, train=True)
+    grad_clip: float | None = hparam(None, {"type": ["number", "null"], "exclusiveMinimum": 0},
+                                     "global norm the local gradient is clipped to (null: none)", sweep=True, train=True)
+    client_optimizer: str = hparam("fresh", enum("fresh", "persistent"),
+                                   "persistent: each client keeps its optimiser state across rounds "
+                                   "(FedLap/BayesADMM code)", sweep=True, code_default=True)
+    lr_schedule: str = hparam("constant", enum("constant", "cosine_rounds", "linear_local"),
+                              "learning-rate schedule (methods/ivon.py lr_schedule)")
+    lr_final: float = hparam(REQUIRED, POSNUM, "final learning rate of a decaying lr_schedule")
+    client_stream: str = hparam("independent", enum("independent", "replay"),
+                                "replay: one random stream for every client and round (BayesADMM code)")
+    client_rows: str = hparam("partition", enum("partition", "by_label"),
+                              "by_label: each client's rows grouped by class (BayesADMM code's iid layout)",
+                              code_default=True)
+    mc_every: int = hparam(REQUIRED, POSINT, "evaluate the sampled predictive every N rounds (+ table rounds); "
+                                             "default: the experiment's mc_every, else eval_every")
+    mc_round0: bool = hparam(True, BOOL, "also evaluate the sampled predictive at round 0 (the initialisation)")
+    mc_window: bool = hparam(True, BOOL, "also in the 3-round windows before reported rounds (mean_last3 tables need it)")
+
+    def __post_init__(self) -> None:
+        from fedbayes.config import check_value
+
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not REQUIRED and value != f.default:
+                problem = check_value(value, f.metadata["rule"])
+                if problem:
+                    raise ValueError(f"{type(self).__qualname__}: {f.name} {problem}")
+
+    @classmethod
+    def field(cls, name: str) -> dataclasses.Field:
+        return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+    @classmethod
+    def from_hparams(cls, hp: Mapping[str, Any]) -> Hyperparameters:
+        """The typed view of a run's hyperparameter dict (keys this method does not read are ignored:
+        ``smoke.hparams`` sets values for every method); ValueError naming a bad value's key."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in hp.items() if k in names})
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One federated method, described without torch.
+
+    key:            its name in params.yaml, run paths, MLflow and tables (``[a-z_]+``)
+    implementation: ``"package.module:Class"``, a ``fedbayes.methods.base.Method`` subclass, imported
+                    only when a run trains
+    params:         its ``Hyperparameters`` subclass (types, defaults, rules, documentation)
+    variants:       prediction variant → ``"point"`` | ``"samples"``; ``""`` is its own prediction,
+                    another is reported as ``<key>@<variant>``
+    numerics:       the version of its numbers (the rerun rule, ``fedbayes.catalog``): bump it in the
+                    commit that changes any number one of its runs computes
+    needs:          what it needs from the run beyond the clients' data (keys of ``NEEDS``)
+    fixed:          hyperparameters the method fixes (``fedep_i`` is FedEP with ``variant: I``)
+    doc:            one line: the paper and what the method does
+    """
+
+    key: str
+    implementation: str
+    params: type[Hyperparameters] = Hyperparameters
+    variants: Mapping[str, str] = field(default_factory=lambda: dict(POINT))
+    numerics: int = 1
+    needs: frozenset[str] = frozenset()
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.key, str) or not KEY_PATTERN.match(self.key):
+            problems.append(f"key must match {KEY_PATTERN.pattern}")
+        if not isinstance(self.implementation, str) or not re.match(r"^[\w.]+:[\w.]+$", self.implementation):
+            problems.append(f"implementation must be 'module:Class', got {self.implementation!r}")
+        if not (isinstance(self.params, type) and issubclass(self.params, Hyperparameters)):
+            problems.append("params must be a subclass of fedbayes.methods.spec.Hyperparameters")
+        if "" not in self.variants or any(k not in PREDICTIONS for k in self.variants.values()) \
+                or not all(v == "" or KEY_PATTERN.match(v) for v in self.variants):
+            problems.append(f"variants must map '' and [a-z_]+ names to one of {PREDICTIONS}, got {dict(self.variants)}")
+        if not (isinstance(self.numerics, int) and not isinstance(self.numerics, bool) and self.numerics >= 1):
+            problems.append(f"numerics must be an integer >= 1, got {self.numerics!r}")
+        if isinstance(self.params, type) and issubclass(self.params, Hyperparameters) and \
+                {f.name for f in dataclasses.fields(self.params)} & set(RESERVED):
+            problems.append(f"params may not declare {sorted(set(RESERVED))} (keys of methods.<m> in params.yaml)")
+        if set(self.needs) - set(NEEDS):
+            problems.append(f"needs: unknown {sorted(set(self.needs) - set(NEEDS))}; known: {sorted(NEEDS)}")
+        if problems:
+            raise ValueError(f"method spec {self.key!r}: " + "; ".join(problems))
+        object.__setattr__(self, "needs", frozenset(self.needs))
+
+    def load(self) -> type:
+        """The implementation class (imports it, and torch): with ``fixed`` hyperparameters applied."""
+        return _load(self.implementation, tuple(self.fixed.items()), self.key)
+
+
+@cache
+def _load(implementation: str, fixed: tuple, key: str) -> type:
+    module, _, name = implementation.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj.with_fixed(dict(fixed), key) if fixed else obj
+
+
+def _from_entry_point(ep) -> list[MethodSpec]:
+    obj = ep.load()
+    specs = [obj] if isinstance(obj, MethodSpec) else list(obj) if isinstance(obj, list | tuple) else None
+    if not specs or not all(isinstance(s, MethodSpec) for s in specs):
+        raise TypeError(f"entry point {ep.name} = {ep.value} (group {ENTRY_POINT_GROUP}) must name a MethodSpec "
+                        f"or a list of them, got {type(obj).__name__}")
+    if len(specs) == 1 and specs[0].key != ep.name:
+        raise ValueError(f"entry point {ep.name} = {ep.value}: its spec's key is {specs[0].key!r}; "
+                         "name the entry point after the method")
+    return specs
+
+
+@cache
+def method_specs() -> dict[str, MethodSpec]:
+    """Every method this installation knows: the built-in ones, then each installed package's
+    (entry-point group ``fedbayes.methods``); a key registered twice is an error."""
+    from importlib.metadata import entry_points
+
+    from fedbayes.methods.builtin import SPECS
+
+    out: dict[str, MethodSpec] = {}
+    sources = [("fedbayes", SPECS)] + [(f"{ep.value} (entry point {ep.name})", _from_entry_point(ep))
+                                       for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)]
+    where: dict[str, str] = {}
+    for source, specs in sources:
+        for s in specs:
+            if s.key in out:
+                raise ValueError(f"method {s.key!r} is registered twice: by {where[s.key]} and by {source}")
+            out[s.key], where[s.key] = s, source
+    return out
+
+
+def hparam_rules(specs: Mapping[str, MethodSpec]) -> dict[str, dict]:
+    """name → JSON Schema rule of every hyperparameter any method declares, in declaration order; a name
+    declared with different rules by different methods accepts any of them (``rho``: FedLap's
+    ``data``/``uniform``, BayesADMM's number)."""
+    rules: dict[str, list[dict]] = {}
+    for s in specs.values():
+        for f in dataclasses.fields(s.params):
+            seen = rules.setdefault(f.name, [])
+            if f.metadata["rule"] not in seen:
+                seen.append(f.metadata["rule"])
+    return {k: v[0] if len(v) == 1 else {"anyOf": v} for k, v in rules.items()}
+
+
+def _flagged(specs: Mapping[str, MethodSpec], flag: str) -> list[str]:
+    return list(dict.fromkeys(f.name for s in specs.values() for f in dataclasses.fields(s.params) if f.metadata[flag]))
+
+
+def sweepable(specs: Mapping[str, MethodSpec]) -> list[str]:
+    """Hyperparameters a sweep grid may vary."""
+    return _flagged(specs, "sweep")
+
+
+def train_keys(specs: Mapping[str, MethodSpec]) -> list[str]:
+    """Hyperparameters an experiment's ``train:`` block may set."""
+    return _flagged(specs, "train")
+
+
+def code_defaults(specs: Mapping[str, MethodSpec]) -> dict[str, Any]:
+    """name → the default a resolved configuration leaves out (fields with ``code_default``); one
+    value per name across methods."""
+    out: dict[str, Any] = {}
+    for s in specs.values():
+        for f in dataclasses.fields(s.params):
+            if f.metadata["code_default"]:
+                if out.setdefault(f.name, f.default) != f.default:
+                    raise ValueError(f"{s.key}: code default of {f.name} is {f.default!r}, another method's "
+                                     f"is {out[f.name]!r}; a dropped default must be one value")
+    return out

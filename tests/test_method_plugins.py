@@ -1,0 +1,152 @@
+"""A method from outside this repository (tests/fixtures/example_method: FedAvg with a server learning
+rate, registered under the entry-point group ``fedbayes.methods``) is treated like a built-in one:
+params.yaml validation and its schema, the catalogue (variants, numerics version), the engine, and — in
+the integration test — the smoke DAG into a table beside FedAvg, with its runs tracked in MLflow.
+
+The fixture is made visible without installing it: its package directory and a ``.dist-info`` built
+from its pyproject.toml (``importlib.metadata`` reads entry points from any dist-info on sys.path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from dagutil import copy_repo, require_fmnist, sh
+
+FIXTURE = Path(__file__).parent / "fixtures" / "example_method"
+KEY = "fedavg_slr"
+
+
+def plugin_path(root: Path) -> str:
+    """PYTHONPATH entries under which the fixture is an installed distribution: its package directory,
+    and ``root/site/<name>-<version>.dist-info`` with the entry points of its pyproject.toml."""
+    project = tomllib.loads((FIXTURE / "pyproject.toml").read_text())["project"]
+    info = root / "site" / f"fedbayes_example_method-{project['version']}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in eps.items()) + "\n"
+        for group, eps in project["entry-points"].items()))
+    return os.pathsep.join([str(FIXTURE), str(root / "site")])
+
+
+def with_plugin(root: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [plugin_path(root), os.environ.get("PYTHONPATH")]))}
+
+
+def python(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
+
+
+def add_method(p: dict, experiment: str = "fmnist10-iid-k10") -> None:
+    """params.yaml lines of the outside method: its settings (a sweep over its own hyperparameter) and
+    the experiment and table that run it beside FedAvg."""
+    p["methods"][KEY] = {"client_optimizer": "persistent", "sweep": {"server_step": [0.5, 2.0]}}
+    p["experiments"] = {experiment: {**p["experiments"][experiment], "methods": ["fedavg", KEY]}}
+    p["tables"] = {"example": {"title": "FedAvg and FedAvg with a server learning rate", "experiments": [experiment],
+                               "methods": ["fedavg", KEY], "statistic": "mean_last3", "metrics": ["test/acc", "test/nll"]}}
+
+
+def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, repo):
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    add_method(p)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    code = ("import json, sys; from fedbayes.config import load_params; "
+            f"load_params({str(tmp_path / 'params.yaml')!r}); "
+            "from fedbayes import catalog; from fedbayes.config import complete_schema, _schema_for; "
+            "from pathlib import Path; s = _schema_for(Path('params.yaml')); "
+            f"print(json.dumps(dict(variants=catalog.METHOD_VARIANTS[{KEY!r}], numerics=catalog.numerics({KEY!r}), "
+            "rule=s['$defs']['hparams']['properties']['server_step'], "
+            "sweepable='server_step' in s['$defs']['grid']['propertyNames']['enum'], torch='torch' in sys.modules)))")
+    out = python(code, with_plugin(tmp_path), repo)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"variants": {"": "point"}, "numerics": {"core": 1, "method": 1},
+                                      "rule": {"$ref": "#/$defs/posnum"}, "sweepable": True, "torch": False}
+    # without the package, the same params.yaml has a key no method declares
+    out = python(f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
+                 os.environ.copy(), repo)
+    assert out.returncode != 0 and f"methods.{KEY}.sweep: 'server_step' is not one of" in out.stderr, out.stderr
+    # a bad value of its own hyperparameter is refused by the rule its spec declares
+    p["methods"][KEY]["sweep"]["server_step"] = [0.5, -1.0]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    out = python(f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
+                 with_plugin(tmp_path), repo)
+    assert out.returncode != 0 and f"methods.{KEY}.sweep.server_step.1" in out.stderr, out.stderr
+
+
+def test_a_method_registered_twice_or_misnamed_is_an_error(tmp_path, repo):
+    env = with_plugin(tmp_path)
+    other = tmp_path / "site" / "other_methods-0.1.dist-info"
+    other.mkdir()
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: other-methods\nVersion: 0.1\n")
+    (other / "entry_points.txt").write_text(f"[fedbayes.methods]\n{KEY} = fedbayes_example_method:SPEC\n")
+    out = python("import fedbayes.catalog", env, repo)
+    assert out.returncode != 0 and f"method '{KEY}' is registered twice" in out.stderr, out.stderr
+    (other / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg = fedbayes_example_method:SPEC\n")
+    out = python("import fedbayes.catalog", env, repo)
+    assert out.returncode != 0 and f"its spec's key is '{KEY}'" in out.stderr, out.stderr
+
+
+def test_the_example_method_steps_the_server_towards_the_average(tmp_path, monkeypatch):
+    """Its tensor math, through build_method: η = 1 is FedAvg bit for bit; η = 0.5 goes halfway."""
+    from fedbayes.methods import build_method
+    from fedbayes.methods.spec import method_specs
+    from fedbayes.models import FlatModel
+
+    plugin_path(tmp_path)
+    for entry in (FIXTURE, tmp_path / "site"):
+        monkeypatch.syspath_prepend(str(entry))
+    method_specs.cache_clear()
+    try:
+        fm = FlatModel(torch.nn.Linear(2, 2))
+        sizes = np.array([1, 3])
+        server = {"w": torch.zeros(6)}
+        messages = {0: {"w": torch.full((6,), 2.0)}, 1: {"w": torch.full((6,), 4.0)}}
+        half = build_method(KEY, fm, {"server_step": 0.5}, sizes)
+        assert type(half).__name__ == "FedAvgServerLR" and half.spec.key == KEY and half.variants == {"": "point"}
+        assert torch.equal(half.server_update(server, messages, 1)["w"], torch.full((6,), 1.75))
+        one = build_method(KEY, fm, {}, sizes).server_update(server, messages, 1)["w"]
+        assert torch.equal(one, build_method("fedavg", fm, {}, sizes).server_update(server, messages, 1)["w"])
+        with pytest.raises(ValueError, match="server_step"):
+            build_method(KEY, fm, {"server_step": 0}, sizes).server_update(server, messages, 1)
+    finally:
+        monkeypatch.undo()
+        method_specs.cache_clear()
+
+
+@pytest.mark.integration
+def test_smoke_dag_runs_an_outside_method_into_a_table_beside_fedavg(tmp_path, repo):
+    require_fmnist(pytest)
+    work = copy_repo(repo, tmp_path / "repo", add_method)
+    env = {"PYTHONPATH": with_plugin(tmp_path)["PYTHONPATH"]}
+    marker = f"work/smoke/mlflow/fmnist10-iid-k10/{KEY}.runs"
+    sh(f"snakemake --cores 2 reports/example.csv {marker}", work, timeout=3000, **env)
+    df = pd.read_csv(work / "reports/example.csv")
+    assert set(df.method) == {"fedavg", KEY} and (df.status == "ok").all() and (df.n_seeds == 2).all()
+    acc = df[df.metric == "test/acc"].set_index("method").ours_mean
+    assert ((acc > 10) & (acc <= 100)).all()
+    runs = sorted((work / "results/runs/smoke/fmnist10-iid-k10" / KEY).glob("*/seed*/run.json"))
+    assert {r.parent.parent.name for r in runs} == {"server_step=0.5", "server_step=2.0"}
+    assert all(json.loads(r.read_text())["numerics"] == {"core": 1, "method": 1} for r in runs)
+    with sqlite3.connect(work / "mlflow.db") as db:
+        tagged = db.execute("select count(*) from tags where key = 'method' and value = ?", (KEY,)).fetchone()[0]
+    assert tagged == len(runs)
+    # the built-in runs are untouched by the plugin: without it, nothing of FedAvg's is planned again
+    p = yaml.safe_load((work / "params.yaml").read_text())
+    p["tables"]["example"]["methods"] = ["fedavg"]
+    p["experiments"]["fmnist10-iid-k10"]["methods"] = ["fedavg"]
+    del p["methods"][KEY]
+    (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    plan = sh("snakemake -n reports/example.csv", work)
+    assert not re.search(r"^train\s", plan, re.M), plan
