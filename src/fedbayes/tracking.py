@@ -197,7 +197,7 @@ def _written_ms(path: Path) -> tuple[int, str]:
     if status.returncode == 0 and not status.stdout.strip() and log.returncode == 0 and log.stdout.strip():
         committed = int(log.stdout.strip()) * 1000
         if committed < best:
-            best, how = committed, "date of the commit that added run.json"
+            best, how = committed, "date of the last commit of run.json"
     return best, how
 
 
