@@ -110,7 +110,7 @@ def test_provenance_and_times_are_the_training_runs(store, finished_run):
     run = client.get_run(rid)
     tags = run.data.tags
     assert tags["git_sha"] == commit and tags["mlflow.source.git.commit"] == commit
-    assert tags["git_dirty"] == "true" and tags["source_hash"] == "f" * 16
+    assert tags["git_dirty"] == "true" and tags["source_hash"] == "f" * 16 and tags["mlflow.source.name"]
     # the training's times, not the import's
     assert run.info.start_time == int(datetime.fromisoformat("2026-01-02T03:04:05+00:00").timestamp() * 1000)
     assert run.info.end_time == int(datetime.fromisoformat("2026-01-02T04:05:06.5+00:00").timestamp() * 1000)
