@@ -333,3 +333,23 @@ def test_client_rows_by_label_aligns_the_replayed_clients_label_mix(tmp_path, sy
             y = synthetic_run_data.y_train[torch.from_numpy(p)]
             want = torch.sort(y, stable=True).values if rows == "by_label" else y
             assert torch.equal(seen[k], want)
+
+
+def test_run_json_records_training_start_and_end_and_a_resumed_run_keeps_its_start(tmp_path, synthetic_run_data,
+                                                                                   cfg_factory):
+    """MLflow's start/end times come from here (issue 23 part 7); times are not numerics, the rerun key
+    (config + numerics) ignores them."""
+    from datetime import datetime, timezone
+
+    before = datetime.now(timezone.utc)
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=quiet)
+    after = datetime.now(timezone.utc)
+    info = json.loads((tmp_path / "a" / "run.json").read_text())
+    started, finished = datetime.fromisoformat(info["started"]), datetime.fromisoformat(info["finished"])
+    assert started.tzinfo is not None and before <= started <= finished <= after
+    # a killed and resumed run: the start is the first process's, the end the last one's
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet, stop_after=2)
+    middle = datetime.now(timezone.utc)
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
+    info = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert datetime.fromisoformat(info["started"]) < middle < datetime.fromisoformat(info["finished"])

@@ -4,6 +4,7 @@ the MLflow store; then DVC, after a FedAvg hyperparameter edit, reruns only the 
 tables (not the raw data, not the partitions, not the other methods' runs)."""
 
 import itertools
+import json
 import re
 import sqlite3
 
@@ -106,7 +107,12 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "
                        "where r.lifecycle_stage = 'active'").fetchall()
     name = lambda m, pt, s: f"{m}[{pt}]-seed{s}" if pt != "default" else f"{m}-seed{s}"  # noqa: E731
-    assert sorted(runs) == sorted((f"smoke-{e}", name(m, pt, s), "FINISHED") for e, m, pt, s in expected_runs)
+    # and one run per prediction variant the run evaluated (fedivon@mean …), found by tags.method
+    variants = lambda e, m, pt, s: sorted(json.loads(  # noqa: E731
+        (workdir / f"results/runs/smoke/{e}/{m}/{pt}/seed{s}/metrics.json").read_text()).get("variants", {}))
+    expected = [(e, f"{m}@{v}" if v else m, pt, s) for e, m, pt, s in expected_runs for v in ["", *variants(e, m, pt, s)]]
+    assert any("@" in m for _, m, _, _ in expected)
+    assert sorted(runs) == sorted((f"smoke-{e}", name(m, pt, s), "FINISHED") for e, m, pt, s in expected)
     steps = con.execute("select distinct step from metrics where key = 'test/acc' order by step").fetchall()
     assert [s for (s,) in steps] == [0, 1, 2, 3]
     tags = {k for (k,) in con.execute("select distinct key from tags")}

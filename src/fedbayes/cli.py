@@ -337,7 +337,7 @@ def cmd_sweep_report(args) -> None:
 def cmd_track(args) -> None:
     """Import runs into MLflow: one (``--point/--seed/--run-dir``) or every ``--run`` of one (experiment,
     method) in one process, so MLflow's import (seconds) is paid once per method, not once per run."""
-    from fedbayes.tracking import log_run
+    from fedbayes.tracking import TrackingUnavailable, log_run
 
     p = _params(args)
     runs = args.run or [(args.point, args.seed, args.run_dir, args.partition_figure)]
@@ -345,8 +345,12 @@ def cmd_track(args) -> None:
         raise SystemExit("fedbayes track: give --seed and --run-dir, or --run POINT SEED RUN_DIR FIGURE")
     ids = []
     for point, seed, run_dir, figure in runs:
-        run_id = log_run(p, args.experiment, args.method, point, int(seed), run_dir,
-                         partition_figure=figure or None, selected=args.selected)
+        try:
+            run_id = log_run(p, args.experiment, args.method, point, int(seed), run_dir,
+                             partition_figure=figure or None, selected=args.selected)
+        except TrackingUnavailable as e:  # one line naming the URI, in seconds (tracking.check_reachable)
+            print(f"fedbayes track: error: {e}", file=sys.stderr)
+            sys.exit(2)
         ids.append(f"{run_id} {point} seed{seed}")
         print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{point}/seed{seed})", flush=True)
     if args.marker:

@@ -1,10 +1,38 @@
 """MLflow import of finished runs.
 
 Training jobs never talk to MLflow: they write history.csv / metrics.json / run.json. One
-``fedbayes track`` job per run imports those files afterwards. The Snakemake rule holds the
-``mlflow_db`` resource (profile: ``--resources mlflow_db=1``) so only one writer touches the SQLite
-store at a time, and every write retries on a locked database. Importing is idempotent: the run is
-identified by the tag ``run_key``, and an earlier import of the same key is deleted first.
+``fedbayes track`` job per (experiment, method) imports those files afterwards. The Snakemake rule holds
+the ``mlflow_db`` resource (profile: ``--resources mlflow_db=1``) so only one writer touches the SQLite
+store at a time, and every write retries on a locked database.
+
+What an imported run says is the training's, not the import's:
+
+- ``git_sha`` / ``mlflow.source.git.commit``: the commit that trained the run (run.json ``code``), with
+  ``git_dirty`` (its package sources differed from that commit) and ``source_hash``; a run.json from before
+  code identity was recorded gives ``git_sha = unknown`` (never the importer's HEAD) and no
+  ``mlflow.source.git.commit``.
+- start / end time: run.json ``started`` / ``finished``; where they were not recorded (older runs) the end
+  is bounded by when run.json was written (its mtime, or the commit that added it if earlier) and the start
+  is the end less the history's training + evaluation seconds. Tag ``times`` says which.
+- units: accuracy metrics are logged in % (``ACC_METRICS``), as the tables print them; NLL in nats; ECE,
+  MCE, Brier and AUROC as fractions. The history.csv / metrics.json artifacts keep the fractions.
+- prediction variants (``bayesadmm@mean``): one MLflow run per evaluated name, with tags ``method``
+  (``bayesadmm@mean``), ``base_method`` and ``variant`` (``none`` for the method's own prediction) and the
+  variant's metrics under the plain names, so ``mlflow runs search --filter-string
+  "tags.method = 'bayesadmm@mean'"`` finds it and it compares with other methods column by column.
+- paths (tags ``run_dir``, ``predictions``) are relative to the repository root (the working directory
+  of the workflow).
+
+Re-importing is atomic (issue 21 class 5): a run is identified by its tag ``run_key``; the new import is
+written completely and marked FINISHED first, and only then are the earlier runs of that key deleted
+(the previous import, and RUNNING / FAILED leftovers of an import that crashed). A crash at any point
+leaves the previous good import visible; an import that fails while the store still answers marks its
+partial run FAILED.
+
+A tracking server (http/https URI) that cannot be reached fails fast: a TCP connect with a
+``CONNECT_TIMEOUT_S`` limit before anything else, and MLflow's HTTP retries bounded by ``HTTP_ENV``
+(defaults only: a value already in the environment wins), then one line naming the URI
+(``TrackingUnavailable``; ``fedbayes track`` exits 2).
 """
 
 from __future__ import annotations
@@ -12,32 +40,63 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import time
+import urllib.request
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
-
-import pandas as pd
 
 from fedbayes.config import paths
 from fedbayes.fileio import exclusive_lock
 
+from fedbayes.reports.tables import PERCENT as ACC_METRICS  # logged in %, the tables' unit
+
 NON_METRICS = {"round"}
+EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)
+
+# A tracking server that does not answer fails in seconds, not after MLflow's default 7 retries with
+# exponential backoff and 120 s timeouts (minutes of silence). Set only where the environment has no value.
+CONNECT_TIMEOUT_S = 5.0
+HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store named by the URI cannot be reached (one line, names the URI)."""
 
 
 def tracking_uri(p: dict) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or p["paths"]["mlflow_uri"]
 
 
-def git_sha() -> str:
+def _is_server(uri: str) -> bool:
+    return urlparse(uri).scheme in ("http", "https")
+
+
+def check_reachable(uri: str) -> None:
+    """For a tracking server: bound MLflow's HTTP retries (``HTTP_ENV``) and refuse, in at most
+    ``CONNECT_TIMEOUT_S``, a host:port that accepts no connection. Other stores (sqlite, databases) need
+    nothing. Behind a proxy the server cannot be probed directly; the bounded retries still apply."""
+    if not _is_server(uri):
+        return
+    for k, v in HTTP_ENV.items():
+        os.environ.setdefault(k, v)
+    u = urlparse(uri)
+    host, port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+    if not host:
+        raise TrackingUnavailable(f"MLflow tracking URI {uri} names no host")
+    if urllib.request.getproxies().get(u.scheme) and not urllib.request.proxy_bypass(host):
+        return
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e) or type(e).__name__).lower()
+        raise TrackingUnavailable(
+            f"MLflow tracking server {uri} is unreachable ({why} within {CONNECT_TIMEOUT_S:g} s); start it, or "
+            f"point MLFLOW_TRACKING_URI at a running server (unset, the local store of params.yaml is used)") from None
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -91,16 +150,170 @@ def store_lock(uri: str):
         yield
 
 
+# --- what the run says about itself ---------------------------------------------------------------
+
+def unit_scale(metric: str, variants=()) -> float:
+    """100 for an accuracy metric (``test/acc``, ``mean/test/acc``, ``final/mean/test/acc``), else 1."""
+    name = metric.removeprefix("final/")
+    head, _, rest = name.partition("/")
+    if head in variants:
+        name = rest
+    return 100.0 if name in ACC_METRICS else 1.0
+
+
+def code_tags(info: dict) -> dict[str, str]:
+    """Tags of the code that trained the run, from run.json ``code`` (provenance.code_identity)."""
+    code = info.get("code") or {}
+    commit, dirty = code.get("commit"), code.get("dirty")
+    tags = {"git_sha": commit or "unknown",
+            "git_dirty": "unknown" if dirty is None or not commit else str(bool(dirty)).lower(),
+            "source_hash": code.get("source") or "unknown"}
+    if commit:  # the UI shows it (6 characters) beside the source name in a run's "Source" row
+        tags |= {"mlflow.source.git.commit": commit, "mlflow.source.name": "fedbayes train",
+                 "mlflow.source.type": "LOCAL"}
+    return tags
+
+
+def _iso_ms(s) -> int | None:
+    try:
+        t = datetime.fromisoformat(str(s))
+    except (TypeError, ValueError):
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _written_ms(path: Path) -> tuple[int, str]:
+    """An upper bound of when ``path`` was written: its mtime, or the time of the commit that last
+    changed it where that is earlier (a fresh clone's files are as new as the checkout)."""
+    best, how = int(path.stat().st_mtime * 1000), "run.json mtime"
+    try:
+        status = subprocess.run(["git", "status", "--porcelain", "--", path.name], cwd=path.parent,
+                                capture_output=True, text=True, timeout=10)
+        log = subprocess.run(["git", "log", "-1", "--format=%ct", "--", path.name], cwd=path.parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return best, how
+    if status.returncode == 0 and not status.stdout.strip() and log.returncode == 0 and log.stdout.strip():
+        committed = int(log.stdout.strip()) * 1000
+        if committed < best:
+            best, how = committed, "date of the last commit of run.json"
+    return best, how
+
+
+def run_times(run_dir: Path, info: dict, history) -> tuple[int, int, list[int], str]:
+    """(start ms, end ms, per-row timestamp ms, how they were obtained) of a training run. The per-row
+    timestamps add each round's training and evaluation seconds to the start (capped at the end)."""
+    seconds = [0.0 if not _finite(t) else float(t) for t in history.get("time_s", [0.0] * len(history))]
+    evals = [0.0 if not _finite(t) else float(t) for t in history.get("eval_s", [0.0] * len(history))]
+    elapsed, acc = [], 0.0
+    for a, b in zip(seconds, evals):
+        acc += a + b
+        elapsed.append(acc)
+    duration = int(round(1000 * acc))
+    start, end = _iso_ms(info.get("started")), _iso_ms(info.get("finished"))
+    if start is not None and end is not None:
+        how = "recorded at training (run.json started, finished)"
+    elif end is not None:
+        start, how = end - duration, "end recorded at training; start = end − history's training + evaluation time"
+    else:
+        end, bound = _written_ms(run_dir / "run.json")
+        start = end - duration
+        how = (f"not recorded (run.json from before times were kept): end ≈ {bound} (an upper bound), "
+               f"start = end − history's training + evaluation time")
+    stamps = [min(end, start + int(round(1000 * e))) for e in elapsed]
+    return start, end, stamps, how
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository root (the workflow's working directory) where it lies in it."""
+    resolved, root = path.resolve(), Path.cwd().resolve()
+    try:
+        return resolved.relative_to(root).as_posix()
+    except ValueError:
+        return os.path.relpath(resolved, root) if not path.is_absolute() else str(path)
+
+
+def experiment_description(p: dict, experiment: str) -> str:
+    """mlflow.note.content of an experiment: what it is, which tables read it, how to read its runs."""
+    from fedbayes.config import experiment_config
+
+    try:
+        e = experiment_config(p, experiment)
+    except Exception:  # an experiment params.yaml does not define (a test's): the generic part only
+        e = {}
+    lines = [f"# {experiment} ({p.get('scale', 'paper')} scale)", ""]
+    if e:
+        part = e.get("partition") or {}
+        how = ", ".join(f"{k} {v}" for k, v in part.items() if k != "scheme")
+        sub = f"{e['subsample'] * 100:g} % of " if e.get("subsample") not in (None, 1, 1.0) else ""
+        model = (e.get("model") or {}).get("name", "?")
+        lines.append(f"{sub}**{e.get('dataset', '?')}** split over {e.get('clients', '?')} clients "
+                     f"({part.get('scheme', '?')}{': ' + how if how else ''}), {e.get('rounds', '?')} rounds, "
+                     f"model {model}" + (f", OOD set {e['ood']}" if e.get("ood") else "") + ".")
+        lines.append("")
+        lines.append("Methods: " + ", ".join(e.get("methods") or []) + ".")
+    tables = [name for name, t in (p.get("tables") or {}).items() if experiment in (t.get("experiments") or [])]
+    if tables:
+        lines.append("Tables that read it: " + ", ".join(f"{t} (reports/{t}.md)" for t in tables) + ".")
+    lines += ["",
+              "One run per (method, sweep point, seed), imported from the run's files (history.csv, metrics.json, "
+              "run.json) after training; each prediction variant is a run of its own (tag method = "
+              "'bayesadmm@mean', base_method, variant). Tag selected = true marks the selected sweep point.",
+              "",
+              "Units: accuracy (test/acc, final/test/acc, local/acc) in %, as in the tables; NLL in nats; ECE, "
+              "MCE, Brier and OOD AUROC as fractions. The history.csv and metrics.json artifacts keep accuracy "
+              "as a fraction.",
+              "",
+              "Provenance: git_sha / mlflow.source.git.commit = the commit that trained the run (unknown for runs "
+              "from before it was recorded), git_dirty, source_hash; start and end = the training's (tag times "
+              "says how they were obtained).",
+              "",
+              "Search: `tags.method = 'bayesadmm@mean' and tags.selected = 'true' and attributes.status = "
+              "'FINISHED'`."]
+    return "\n".join(lines)
+
+
+# --- the import ---------------------------------------------------------------------------------
+
 def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
             partition_figure: str | None = None, selected: str | None = None) -> str:
-    with store_lock(tracking_uri(p)):
+    """Import one training run (and a run per prediction variant); returns the method's own run id."""
+    uri = tracking_uri(p)
+    check_reachable(uri)
+    with store_lock(uri):
         return _log_run(p, experiment, method, point, seed, run_dir, partition_figure, selected)
+
+
+def _replace(client, exp_id: str, key: str, name: str, tags: dict, start: int, end: int, write) -> str:
+    """Write a new run of ``key`` (``write(run_id)``), mark it FINISHED, then delete every other run of
+    ``key``: the previous import and leftovers of crashed ones. Until FINISHED the previous import stays."""
+    from mlflow.entities import RunTag
+
+    run = with_retry(lambda: client.create_run(exp_id, start_time=start, run_name=name,
+                                               tags={"mlflow.runName": name, **tags}))
+    rid = run.info.run_id
+    try:
+        write(rid, RunTag)
+        with_retry(lambda: client.set_terminated(rid, "FINISHED", end_time=end))
+    except BaseException:
+        try:  # the store may still answer: then the partial run says so (else the next import removes it)
+            client.set_terminated(rid, "FAILED", end_time=end)
+        except Exception:
+            pass
+        raise
+    for old in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'")):
+        if old.info.run_id != rid:
+            with_retry(lambda: client.delete_run(old.info.run_id))
+    return rid
 
 
 def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
              partition_figure: str | None, selected: str | None) -> str:
     import mlflow
-    from mlflow.entities import Metric, Param, RunTag
+    import pandas as pd
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     run_dir = Path(run_dir)
@@ -108,61 +321,116 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     metrics = json.loads((run_dir / "metrics.json").read_text())
     info = json.loads((run_dir / "run.json").read_text())
     cfg = info["config"]  # what actually produced these numbers
-    key = f"{p['scale']}/{experiment}/{method}/{point}/seed{seed}"
-    name = f"{method}[{point}]-seed{seed}" if point != "default" else f"{method}-seed{seed}"
+    uri = tracking_uri(p)
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
 
-    mlflow.set_tracking_uri(tracking_uri(p))
-    client = with_retry(lambda: _ready_client(MlflowClient()))
+    mlflow.set_tracking_uri(uri)
+    try:
+        client = with_retry(lambda: _ready_client(MlflowClient()))
+    except Exception as e:
+        if not _is_server(uri):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise TrackingUnavailable(f"MLflow tracking server {uri} does not answer: {first}") from None
 
     def get_experiment():
         e = client.get_experiment_by_name(exp_name)
         if e is not None:
             return e.experiment_id
-        if urlparse(tracking_uri(p)).scheme in ("http", "https"):  # a tracking server stores (or proxies) artifacts
+        if _is_server(uri):  # a tracking server stores (or proxies) artifacts
             return client.create_experiment(exp_name)
         art = Path(paths(p).get("mlartifacts", "mlartifacts")).resolve() / exp_name
         return client.create_experiment(exp_name, artifact_location=art.as_uri())
 
     exp_id = with_retry(get_experiment)
-    for old in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'")):
-        with_retry(lambda: client.delete_run(old.info.run_id))
+    with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.note.content", experiment_description(p, experiment)))
 
-    tags = {"run_key": key, "experiment": experiment, "method": method, "point": point, "seed": str(seed),
-            "scale": p["scale"], "git_sha": git_sha(), "config_hash": info["config_hash"],
+    start, end, stamps, how = run_times(run_dir, info, history)
+    code = code_tags(info)
+    chosen = json.loads(Path(selected).read_text())["point"] if selected else None
+    variants = sorted(v for v in metrics.get("variants", {}) if v)
+    catalog = _variant_kinds(method)
+    base = {"experiment": experiment, "base_method": method, "point": point, "seed": str(seed),
+            "scale": p["scale"], **code, "times": how, "config_hash": info["config_hash"],
             "partition_hash": info["config"].get("partition_hash", ""),
             "device": info.get("device", ""), "device_name": info.get("device_name", ""),
-            "torch": info.get("torch", ""), "predictions": str((run_dir / "predictions.npz").resolve())}
+            "torch": info.get("torch", ""), "run_dir": _relative(run_dir),
+            "predictions": _relative(run_dir / "predictions.npz")}
     if "diverged" in info:  # a finished run whose training became NaN/inf at that round
-        tags |= {"status": "diverged", "diverged_round": str(info["diverged"]["round"]),
+        base |= {"status": "diverged", "diverged_round": str(info["diverged"]["round"]),
                  "diverged_reason": info["diverged"]["reason"]}
-    if selected:
-        tags["selected"] = str(json.loads(Path(selected).read_text())["point"] == point).lower()
-    run = with_retry(lambda: client.create_run(exp_id, run_name=name, tags={"mlflow.runName": name, **tags}))
-    rid = run.info.run_id
-    now = int(time.time() * 1000)
+    if chosen is not None:
+        base["selected"] = str(chosen == point).lower()
     params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items()]
-    series = [Metric(col, float(v), now, int(r)) for col in history.columns if col not in NON_METRICS
-              for r, v in zip(history["round"], history[col]) if _finite(v)]
-    final = [Metric(f"final/{k}", float(v), now, metrics["final_round"]) for k, v in metrics["final"].items()]
-    final += [Metric(f"final/{name}/{k}", float(v), now, metrics["final_round"])  # final/mean/test/acc
-              for name, var in metrics.get("variants", {}).items() for k, v in var["final"].items()]
-    batch = series + final
-    with_retry(lambda: client.log_batch(rid, params=params[:100], tags=[RunTag(k, v) for k, v in tags.items()]))
-    for i in range(100, len(params), 100):
-        with_retry(lambda: client.log_batch(rid, params=params[i:i + 100]))
-    for i in range(0, len(batch), 1000):
-        with_retry(lambda: client.log_batch(rid, metrics=batch[i:i + 1000]))
-    for name in ("history.csv", "metrics.json", "run.json"):
-        client.log_artifact(rid, str(run_dir / name))
-    if partition_figure and Path(partition_figure).exists():
-        client.log_artifact(rid, partition_figure, artifact_path="partition")
-    with_retry(lambda: client.set_terminated(rid, "FINISHED"))
-    if selected:  # a new selection re-tags earlier imports of the other points (no stale selected=true)
-        chosen = json.loads(Path(selected).read_text())["point"]
-        query = f"tags.method = '{method}' and tags.scale = '{p['scale']}'"
-        for other in with_retry(lambda: client.search_runs([exp_id], query)):
+    rows = list(zip(history["round"], stamps))
+
+    def series(col: str, as_name: str):
+        scale = unit_scale(col, variants)
+        return [Metric(as_name, scale * float(v), ts, int(r)) for (r, ts), v in zip(rows, history[col]) if _finite(v)]
+
+    shared = [c for c in history.columns if c not in NON_METRICS and not c.startswith(EVAL_PREFIXES)
+              and c.split("/", 1)[0] not in variants]
+    ids = {}
+    for variant in ["", *variants]:
+        evaluated = f"{method}@{variant}" if variant else method
+        key = f"{p['scale']}/{experiment}/{evaluated}/{point}/seed{seed}"
+        name = f"{evaluated}[{point}]-seed{seed}" if point != "default" else f"{evaluated}-seed{seed}"
+        if variant:  # the variant's evaluation under the plain names, plus the training's own columns
+            cols = [(c, c.split("/", 1)[1]) for c in history.columns if c.startswith(f"{variant}/")] + \
+                   [(c, c) for c in shared]
+            finals = metrics["variants"][variant].get("final", {})
+            batch = [m for c, n in cols for m in series(c, n)]
+            batch += [Metric(f"final/{k}", unit_scale(k) * float(v), end, metrics["final_round"])
+                      for k, v in finals.items() if _finite(v)]
+        else:  # the method's own prediction (every column, variants' included, as before)
+            batch = [m for c in history.columns if c not in NON_METRICS for m in series(c, c)]
+            batch += [Metric(f"final/{k}", unit_scale(k) * float(v), end, metrics["final_round"])
+                      for k, v in metrics["final"].items() if _finite(v)]
+            batch += [Metric(f"final/{vn}/{k}", unit_scale(k) * float(v), end, metrics["final_round"])
+                      for vn, var in metrics.get("variants", {}).items() for k, v in var["final"].items() if _finite(v)]
+        tags = {**base, "run_key": key, "method": evaluated, "variant": variant or "none",
+                "prediction": catalog.get(variant, "unknown"),
+                "mlflow.note.content": _run_note(experiment, evaluated, point, seed, info, code, how)}
+
+        def write(rid, RunTag, batch=batch, tags=tags):
+            with_retry(lambda: client.log_batch(rid, params=params[:100], tags=[RunTag(k, v) for k, v in tags.items()]))
+            for i in range(100, len(params), 100):
+                with_retry(lambda: client.log_batch(rid, params=params[i:i + 100]))
+            for i in range(0, len(batch), 1000):
+                with_retry(lambda: client.log_batch(rid, metrics=batch[i:i + 1000]))
+            for f in ("history.csv", "metrics.json", "run.json"):
+                client.log_artifact(rid, str(run_dir / f))
+            if partition_figure and Path(partition_figure).exists():
+                client.log_artifact(rid, partition_figure, artifact_path="partition")
+
+        ids[variant] = _replace(client, exp_id, key, name, tags, start, end, write)
+
+    if chosen is not None:  # a new selection re-tags earlier imports of the other points (no stale selected=true)
+        found = {}
+        for field in ("base_method", "method"):  # "method": imports from before base_method existed
+            query = f"tags.{field} = '{method}' and tags.scale = '{p['scale']}'"
+            found |= {r.info.run_id: r for r in with_retry(lambda: client.search_runs([exp_id], query))}
+        for other in found.values():
             flag = str(other.data.tags.get("point") == chosen).lower()
             if other.data.tags.get("selected") != flag:
                 with_retry(lambda: client.set_tag(other.info.run_id, "selected", flag))
-    return rid
+    return ids[""]
+
+
+def _variant_kinds(method: str) -> dict[str, str]:
+    """variant → "point" | "samples" (fedbayes.catalog); {} for a method the catalogue does not know."""
+    from fedbayes.catalog import METHOD_VARIANTS
+
+    return METHOD_VARIANTS.get(method, {})
+
+
+def _run_note(experiment, evaluated, point, seed, info, code, how) -> str:
+    commit = code["git_sha"] + (" (package sources modified)" if code["git_dirty"] == "true" else "")
+    wall = info.get("wall_s")
+    return "\n".join([
+        f"**{evaluated}** on {experiment}, sweep point `{point}`, seed {seed}.",
+        "",
+        f"Trained at commit {commit} on {info.get('device', '?')} ({info.get('device_name', '?')}), torch "
+        f"{info.get('torch', '?')}" + (f"; {wall:.0f} s of training rounds" if _finite(wall) else "") + ".",
+        f"Times: {how}.",
+        "Accuracy in %, NLL in nats, ECE / Brier / AUROC as fractions (the artifacts keep accuracy as a fraction)."])

@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -221,10 +222,13 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     ckpt_path = out / CHECKPOINT
     state = _resumable(ckpt_path, key, device, log)
     if state is None:
+        started = _now()
         server, client_states = method.init_state(fm.flat_params())
         start, history, saved, wall = 1, [], {}, 0.0
         history.append(_evaluate(method, server, data, 0, {}, log, cfg)[0])
     else:
+        # the first process's start (None: a checkpoint written before checkpoints kept it)
+        started = state.get("started")
         server, client_states = state["server"], state["clients"]
         start, history, saved, wall = state["round"] + 1, state["history"], state["saved"], state["wall"]
         log(f"resuming from round {state['round']} ({ckpt_path})")
@@ -274,11 +278,11 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         if rnd in save_rounds:
             saved[rnd] = logp
         _atomic_save({"config_hash": key, "code": resume_key(), "round": rnd, "server": server,
-                      "clients": client_states, "history": history, "saved": saved, "wall": wall}, ckpt_path)
+                      "clients": client_states, "history": history, "saved": saved, "wall": wall, "started": started}, ckpt_path)
         if stop_after is not None and rnd >= stop_after:
             return history
 
-    _write_outputs(out, cfg, key, history, saved, server, data, device, sizes, diverged)
+    _write_outputs(out, cfg, key, history, saved, server, data, device, sizes, diverged, started)
     ckpt_path.unlink(missing_ok=True)
     return history
 
@@ -310,7 +314,13 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
     return row, logps
 
 
-def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, sizes, diverged=None) -> None:
+def _now() -> str:
+    """Wall-clock time, ISO 8601 in UTC: when training started / finished (run.json; MLflow's run times)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, sizes, diverged=None,
+                   started: str | None = None) -> None:
     cols = list(dict.fromkeys(c for row in history for c in row))
     with atomic_target(out / "history.csv") as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
@@ -334,7 +344,10 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
-            "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes]}
+            "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes],
+            # when training started (a resumed run: its first process) and finished; not numerics, and not
+            # part of the rerun key (config + numerics), so adding them reran nothing
+            "started": started, "finished": _now()}
     if diverged is not None:
         info["diverged"] = diverged
     with atomic_target(out / "run.json") as tmp:
