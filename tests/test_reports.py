@@ -300,3 +300,24 @@ def test_published_as_compares_a_prediction_with_another_methods_published_cell(
     p["tables"]["table1"]["published_as"] = {"fedavg": "fedavgg"}
     with pytest.raises(ConfigError, match="published_as.fedavg: unknown method 'fedavgg'"):
         check_semantics(p)
+
+
+def test_table_command_prints_a_summary_not_the_frame(table_params, tmp_path, capsys, monkeypatch):
+    """`fedbayes table` (what `make table1` shows) says what it built, how many published cells are
+    within tolerance / outside / not run, and where the files are; it does not print the table."""
+    from fedbayes import cli
+
+    monkeypatch.setattr(cli, "_params", lambda args: table_params)  # the fixture's fake runs (not params.yaml)
+    out_csv = tmp_path / "reports" / "table1.csv"
+    cli.main(["table", "table1", "--out", str(out_csv)])
+    text = capsys.readouterr().out
+    df = pd.read_csv(out_csv)
+    lines = text.strip().splitlines()
+    assert len(lines) <= 8, text
+    assert "ours_mean" not in text and "published_mean" not in text  # no pandas dump
+    pub = df[df.published_mean.notna()]
+    within, outside = int((pub.within_tol == True).sum()), int((pub.within_tol == False).sum())  # noqa: E712
+    assert f"{len(df)} cells" in text and f"{len(pub)} with a published value" in text
+    assert f"{within} within tolerance" in text and f"{outside} outside" in text and "0 not run" in text
+    for f in (out_csv, out_csv.with_suffix(".md"), tmp_path / "reports" / "figures" / "table1_curves.png"):
+        assert str(f) in text

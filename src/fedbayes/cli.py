@@ -286,11 +286,11 @@ def cmd_replay(args) -> None:
 
 
 def cmd_table(args) -> None:
-    from fedbayes.reports.tables import build_table
+    from fedbayes.reports.tables import build_table, built_files, table_summary
 
     p = _params(args)
     df = build_table(p, args.table, out=args.out)
-    print(df.to_string(index=False, max_colwidth=40))
+    print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
 
 
 def cmd_toy(args) -> None:
