@@ -1,6 +1,7 @@
 # fedbayes — the DAG: data → partition → train → evaluate → MLflow → tables.
 #   snakemake --cores all reports/table1.csv                 # paper scale
-#   snakemake --cores all reports/table1.csv --config scale=smoke   # about a minute
+#   snakemake --cores all reports/smoke/table1.csv --config scale=smoke   # about a minute; smoke outputs
+#                                                                            # live under reports/smoke/ etc.
 # params.yaml is validated (JSON schema + semantic checks) before any job starts.
 
 import yaml
@@ -19,6 +20,11 @@ load_params_text(Path(workflow.basedir, "params.yaml"))
 configfile: "params.yaml"
 
 
+# `snakemake --report report.html`: the results as a browsable site (outputs marked with report() in
+# workflow/rules/report.smk; this is its front page).
+report: "workflow/report/workflow.rst"
+
+
 # The schema and the semantic checks (unknown names, impossible sizes), every problem listed with its
 # dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
 validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
@@ -31,6 +37,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/track.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/scale.smk"  # last: it refuses the paper-scale twins of the rules above at scale smoke
 
 
 rule all:
@@ -38,3 +45,4 @@ rule all:
     input:
         [f"{PATHS['reports']}/{t}.csv" for t in config["tables"]],
         f"{PATHS['reports']}/README.md",
+        f"{PATHS['reports']}/metrics",  # the headline numbers for `dvc metrics show` (and its curves)

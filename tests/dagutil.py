@@ -39,6 +39,10 @@ def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None,
         (dst / name).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree(src, dst / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
          else shutil.copy2(src, dst / name))
+    if scale != "paper":  # DVC's stages write where Snakemake writes at this scale (dvc.yaml `vars`)
+        dvc = (dst / "dvc.yaml").read_text()
+        assert "  - reports_dir: reports\n" in dvc
+        (dst / "dvc.yaml").write_text(dvc.replace("  - reports_dir: reports\n", f"  - reports_dir: reports/{scale}\n"))
     p = yaml.safe_load((dst / "params.yaml").read_text())
     p["scale"] = scale
     if edit is not None:

@@ -93,6 +93,9 @@ def test_scale_smoke_overrides(params):
     assert cfg["hparams"]["local_epochs"] == 5 != params["smoke"]["train"]["local_epochs"]  # the sweep point wins
     assert len(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == params["smoke"]["sweep_limit"]
     assert paths(params)["runs"].endswith("/smoke")
+    # smoke tables, sweeps and figures never share a path with the committed paper-scale ones
+    assert paths(params)["reports"] == f"{params['paths']['reports']}/smoke"
+    assert paths({**params, "scale": "paper"})["reports"] == params["paths"]["reports"]
 
 
 def test_sweep_points_and_overrides(params):
@@ -757,6 +760,16 @@ def test_snakemake_refuses_malformed_yaml_before_reading_it(tmp_path, repo, faul
     lines.insert(at + 1, fault)
     (d / "params.yaml").write_text("".join(lines))
     before = set(d.rglob("*"))
-    out = sh("snakemake --cores 1 -n reports/table1.csv", d, check=False, timeout=300)
+    out = sh("snakemake --cores 1 -n reports/smoke/table1.csv", d, check=False, timeout=300)
     assert re.search(message, out) and "params.yaml" in out, out[-3000:]
     assert not [f for f in set(d.rglob("*")) - before if ".snakemake" not in f.parts], "wrote files"
+
+
+def test_headline_names_a_table_and_its_metrics(params, schema):
+    params["headline"]["table"] = "table9"
+    bad(params, schema, r"headline.table: 'table9' is not in tables")
+
+
+def test_headline_metric_must_be_the_tables(params, schema):
+    params["headline"]["metrics"] = ["test/acc", "test/mce"]
+    bad(params, schema, r"headline.metrics: test/mce is not a metric of tables.table1")

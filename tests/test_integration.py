@@ -17,9 +17,12 @@ from fedbayes.config import selection_seeds
 
 pytestmark = pytest.mark.integration
 
-TABLES = (["reports/table1.csv"] + [f"reports/fedlap/table{i}.csv" for i in range(1, 6)]
-          + ["reports/bayesadmm/table1.csv", "reports/bayesadmm/table2.csv", "reports/fedivon/table1.csv",
-             "reports/fedivon/table2.csv", "reports/fedep/table4.csv"])
+# smoke-scale outputs live under reports/smoke/ (never over the committed paper-scale reports)
+TABLES = (["reports/smoke/table1.csv"] + [f"reports/smoke/fedlap/table{i}.csv" for i in range(1, 6)]
+          + ["reports/smoke/bayesadmm/table1.csv", "reports/smoke/bayesadmm/table2.csv", "reports/smoke/fedivon/table1.csv",
+             "reports/smoke/fedivon/table2.csv", "reports/smoke/fedep/table4.csv"])
+TARGETS = TABLES + ["reports/smoke/metrics"]  # + the headline numbers and curves (DVC's table1 stage)
+GIT = "git -c user.email=ci@example.org -c user.name=ci"
 # the DVC stages those tables belong to. fola_tables is left out for CI time (its smoke DAG adds 52 jobs);
 # its methods run through the engine in tests/test_baselines.py and tests/test_fola.py.
 STAGES = "data table1 fedlap_tables bayesadmm_tables fedivon_tables fedep_toy"
@@ -32,12 +35,17 @@ def workdir(tmp_path_factory, repo):
 
 
 def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
-    out = sh("snakemake --cores 2 " + " ".join(TABLES), workdir)
+    # a clean checkout: the smoke DAG must leave `git status` clean (its outputs are git-ignored and live
+    # apart from the paper-scale files, which it never writes)
+    sh(f"git init -q && {GIT} add -A >/dev/null && {GIT} commit -qm checkout", workdir)
+    out = sh("snakemake --cores 2 " + " ".join(TARGETS), workdir)
+    assert sh("git status --porcelain --untracked-files=all", workdir).strip() == ""
+    assert not (workdir / "reports/table1.csv").exists() and not (workdir / "reports/figures").exists()
     assert "round   3/3" in out  # per-round progress reaches the console
     p = yaml.safe_load((workdir / "params.yaml").read_text())
     seeds, exps = p["smoke"]["seeds"], p["tables"]["table1"]["experiments"]
     methods = p["tables"]["table1"]["methods"]
-    df = pd.read_csv(workdir / "reports/table1.csv")
+    df = pd.read_csv(workdir / "reports/smoke/table1.csv")
     assert set(df.experiment) == set(exps) and set(df.method) == set(methods)
     assert (df.n_seeds == len(seeds)).all() and (df.scale == "smoke").all()
     acc = df[df.metric == "test/acc"].set_index(["experiment", "method"]).ours_mean
@@ -45,10 +53,16 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     # above chance after 3 smoke rounds — for FedAvg; BayesADMM's authors' lr (5e-5) moves its network
     # by about one step a smoke round (12 points a client), so its smoke accuracy is chance level
     assert (acc.xs("fedavg", level="method") > 20).all()
-    assert (workdir / "reports/table1.md").exists() and (workdir / "reports/figures/table1_curves.png").exists()
+    assert (workdir / "reports/smoke/table1.md").exists() and (workdir / "reports/smoke/figures/table1_curves.png").exists()
+    # DVC's view: a metrics JSON per experiment × method, the headline curves
+    ran = df[df.ours_mean.notna()][["experiment", "method"]].drop_duplicates()
+    assert sorted((workdir / "reports/smoke/metrics").rglob("*.json")) == sorted(
+        workdir / "reports/smoke/metrics" / r.experiment / f"{r.method}.json" for r in ran.itertuples())
+    curves = pd.read_csv(workdir / f"reports/smoke/plots/table1_{exps[0]}_test_acc.csv")
+    assert set(curves.columns) == {"round", *methods} and curves["round"].max() == p["smoke"]["experiment"]["rounds"]
     expected_runs = set()
     for e in exps:
-        sweep = pd.read_csv(workdir / f"reports/sweeps/{e}.csv")
+        sweep = pd.read_csv(workdir / f"reports/smoke/sweeps/{e}.csv")
         for m in dict.fromkeys(m.split("@")[0] for m in methods):  # bayesadmm@mean is bayesadmm's run
             s = sweep[sweep.method == m]
             grid = p["methods"][m].get("overrides", {}).get(e, {}).get("sweep") or p["methods"][m].get("sweep", {})
@@ -64,27 +78,27 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
                 assert {"history.csv", "metrics.json", "predictions.npz", "run.json"} <= {f.name for f in run.iterdir()}
                 assert not (run / "checkpoint.pt").exists()
     # the FedLap tables: FMNIST rows ran, rows whose data is unavailable here say so
-    t1 = pd.read_csv(workdir / "reports/fedlap/table1.csv")
+    t1 = pd.read_csv(workdir / "reports/smoke/fedlap/table1.csv")
     ran = t1[t1.experiment.isin(["fmnist10-iid-k10", "fmnist10-dir-k10", "fmnist-dir-k100"])]
     listed = [(r.experiment, r.method) for r in ran.itertuples() if r.method in p["experiments"][r.experiment]["methods"]]
     assert len(listed) == (ran.status == "ok").sum() and ran[ran.status == "ok"].ours_mean.notna().all()
     not_listed = ran[ran.status != "ok"]  # methods an experiment does not list (FedLap-Func at 100 clients)
     assert not_listed.status.str.contains("is not in experiments").all() and "fedlap_func" in set(not_listed.method)
-    k100 = pd.read_csv(workdir / "reports/fedlap/sweep_fmnist-dir-k100.csv")
+    k100 = pd.read_csv(workdir / "reports/smoke/fedlap/sweep_fmnist-dir-k100.csv")
     assert (k100.criterion == "selected on fmnist10-dir-k10").all()
     for m in k100.method:
-        src = pd.read_csv(workdir / "reports/sweeps/fmnist10-dir-k10.csv")
+        src = pd.read_csv(workdir / "reports/smoke/sweeps/fmnist10-dir-k10.csv")
         assert k100[k100.method == m].point.iloc[0] == src[(src.method == m) & src.selected].point.iloc[0]
         expected_runs |= {("fmnist-dir-k100", m, k100[k100.method == m].point.iloc[0], sd) for sd in seeds}
     missing = t1[t1.experiment.isin(["mnist-iid-k10", "cifar10-dir-k10", "credit-het-k10", "flamby-heart-k4"])]
     assert missing.status.str.startswith("not run (data unavailable").all() and missing.ours_mean.isna().all()
-    assert "not run" in (workdir / "reports/fedlap/table1.md").read_text()
-    t3 = pd.read_csv(workdir / "reports/fedlap/table3.csv")
+    assert "not run" in (workdir / "reports/smoke/fedlap/table1.md").read_text()
+    t3 = pd.read_csv(workdir / "reports/smoke/fedlap/table3.csv")
     assert set(t3[t3.experiment == "fmnist10-iid-k10"].target) == {75, 78}
-    t5 = pd.read_csv(workdir / "reports/fedlap/table5.csv")
+    t5 = pd.read_csv(workdir / "reports/smoke/fedlap/table5.csv")
     assert set(t5[t5.status == "ok"]["round"]) == {3} and set(t5.metric) == {"test/nll"}
     # BayesADMM Table 1: the posterior predictive and @mean come from the same runs, and differ
-    ba = pd.read_csv(workdir / "reports/bayesadmm/table1.csv")
+    ba = pd.read_csv(workdir / "reports/smoke/bayesadmm/table1.csv")
     fm = ba[ba.experiment.isin(["fmnist10-iid-k10", "fmnist10-dir-k10"]) & ba.method.str.startswith("bayesadmm")]
     assert set(fm.method) == {"bayesadmm", "bayesadmm@mean"} and (fm.status == "ok").all() and fm.ours_mean.notna().all()
     nll = fm[fm.metric == "test/nll"].set_index(["experiment", "method"]).ours_mean
@@ -92,15 +106,15 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     assert ba[ba.experiment == "cifar10-dir-k10"].status.str.startswith("not run (data unavailable").all()
     hist = pd.read_csv(next((workdir / "results/runs/smoke/fmnist10-iid-k10/bayesadmm").glob("*/seed0/history.csv")))
     assert {"test/acc", "mean/test/acc", "mean/ood/auroc_entropy"} <= set(hist.columns)
-    fi = pd.read_csv(workdir / "reports/fedivon/table1.csv")  # FedIVON's protocol on the FMNIST substitute
+    fi = pd.read_csv(workdir / "reports/smoke/fedivon/table1.csv")  # FedIVON's protocol on the FMNIST substitute
     sub = fi[fi.experiment == "fmnist-shards-k200"]
     assert set(sub.method) == {"fedavg", "fedivon@mean", "fedivon"} and (sub.status == "ok").all()
     assert sub.ours_mean.notna().all() and set(sub.metric) == {"test/acc", "test/ece", "test/nll", "test/brier"}
     real = fi[fi.experiment != "fmnist-shards-k200"]  # EMNIST, CIFAR-10, SVHN: not downloadable here
     assert len(real) and real.status.str.startswith("not run (data unavailable").all()
-    sweep = pd.read_csv(workdir / "reports/sweeps/fmnist-shards-k200.csv")
+    sweep = pd.read_csv(workdir / "reports/smoke/sweeps/fmnist-shards-k200.csv")
     expected_runs |= {("fmnist-shards-k200", r.method, r.point, sd) for r in sweep.itertuples() for sd in seeds}
-    toy = pd.read_csv(workdir / "reports/fedep/table4.csv")  # data-free: the published toy reproduces
+    toy = pd.read_csv(workdir / "reports/smoke/fedep/table4.csv")  # data-free: the published toy reproduces
     assert list(toy.method) == ["fedavg", "fedpa", "fedep"] and toy.within_range.all()
     # MLflow: one experiment per experiment, one finished run per (method, seed), per-round metrics with step = round
     con = sqlite3.connect(workdir / "mlflow.db")
@@ -118,19 +132,19 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     tags = {k for (k,) in con.execute("select distinct key from tags")}
     assert {"git_sha", "partition_hash", "device", "config_hash", "run_key", "selected"} <= tags
     # a second invocation has nothing to do
-    assert "Nothing to be done" in sh("snakemake --cores 2 " + " ".join(TABLES), workdir)
+    assert "Nothing to be done" in sh("snakemake --cores 2 " + " ".join(TARGETS), workdir)
 
 
 def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
-    sh("git init -q && git -c user.email=ci@example.org -c user.name=ci add -A >/dev/null && "
-       "git -c user.email=ci@example.org -c user.name=ci commit -qm init && dvc init -q && dvc commit -f -q " + STAGES, workdir)
+    sh(f"{GIT} add -A >/dev/null && {GIT} commit -q --allow-empty -m init && dvc init -q && dvc commit -f -q "
+       + STAGES, workdir)
     assert "Data and pipelines are up to date" in sh("dvc status " + STAGES, workdir)
     before_data = mtimes(workdir, "data/raw/*/*")
     before_parts = mtimes(workdir, "data/partitions/smoke/*/*.npz")
     before_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
     before_other = mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv")
     before_other |= mtimes(workdir, "results/runs/smoke/*/bayesadmm/*/*/history.csv")
-    table_before = (workdir / "reports/table1.csv").read_text()
+    table_before = (workdir / "reports/smoke/table1.csv").read_text()
 
     p = yaml.safe_load((workdir / "params.yaml").read_text())
     p["methods"]["fedavg"]["lr"] = 0.003  # a FedAvg hyperparameter (smoke overrides local_epochs)
@@ -145,7 +159,7 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     assert after_runs.keys() == before_runs.keys() and all(after_runs[k] > before_runs[k] for k in before_runs)
     assert (mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv")
             | mtimes(workdir, "results/runs/smoke/*/bayesadmm/*/*/history.csv")) == before_other
-    assert (workdir / "reports/table1.csv").read_text() != table_before
+    assert (workdir / "reports/smoke/table1.csv").read_text() != table_before
     assert "Data and pipelines are up to date" in sh("dvc status " + STAGES, workdir)
 
 
@@ -156,9 +170,9 @@ def test_dvc_remote_fresh_clone_pulls_and_adopts_without_recomputing(workdir, tm
     remote, clone = tmp_path / "dvc-remote", tmp_path / "clone"
     git = "git -c user.email=ci@example.org -c user.name=ci"
     sh(f"dvc remote add -d store {remote} && dvc push -q", workdir)
-    # results/runs/smoke/ is git-ignored in the project (smoke runs are not results): forced in here,
+    # results/runs/smoke/ and reports/smoke/ are git-ignored in the project (smoke runs are not results): forced in here,
     # where the smoke runs stand in for a paper-scale hand-over
-    sh(f"{git} add -A >/dev/null && {git} add -f results/runs/smoke >/dev/null && "
+    sh(f"{git} add -A >/dev/null && {git} add -f results/runs/smoke reports/smoke >/dev/null && "
        f"{git} commit -qm 'results and DVC remote'", workdir)
     sh(f"git clone -q {workdir} {clone}", tmp_path)
     assert not (clone / "data/raw/fmnist").exists()  # data is not in git
@@ -183,7 +197,7 @@ def test_dvc_remote_fresh_clone_pulls_and_adopts_without_recomputing(workdir, tm
     p = yaml.safe_load((clone / "params.yaml").read_text())
     p["experiments"]["fmnist10-iid-k10"]["train"]["lr"] *= 2
     (clone / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-    plan = sh("snakemake -n --cores 2 reports/table1.csv", clone)
+    plan = sh("snakemake -n --cores 2 reports/smoke/table1.csv", clone)
     reruns = set(re.findall(r"Updated input files: work/smoke/changed/([\w-]+)/(\w+)/", plan))
     assert reruns and {e for e, _ in reruns} == {"fmnist10-iid-k10"}, plan[-3000:]
     assert {m for _, m in reruns} == {m for m in p["experiments"]["fmnist10-iid-k10"]["methods"]

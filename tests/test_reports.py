@@ -300,3 +300,52 @@ def test_published_as_compares_a_prediction_with_another_methods_published_cell(
     p["tables"]["table1"]["published_as"] = {"fedavg": "fedavgg"}
     with pytest.raises(ConfigError, match="published_as.fedavg: unknown method 'fedavgg'"):
         check_semantics(p)
+
+
+def test_table_command_prints_a_summary_not_the_frame(table_params, tmp_path, capsys, monkeypatch):
+    """`fedbayes table` (what `make table1` shows) says what it built, how many published cells are
+    within tolerance / outside / not run, and where the files are; it does not print the table."""
+    from fedbayes import cli
+
+    monkeypatch.setattr(cli, "_params", lambda args: table_params)  # the fixture's fake runs (not params.yaml)
+    out_csv = tmp_path / "reports" / "table1.csv"
+    cli.main(["table", "table1", "--out", str(out_csv)])
+    text = capsys.readouterr().out
+    df = pd.read_csv(out_csv)
+    lines = text.strip().splitlines()
+    assert len(lines) <= 8, text
+    assert "ours_mean" not in text and "published_mean" not in text  # no pandas dump
+    pub = df[df.published_mean.notna()]
+    within, outside = int((pub.within_tol == True).sum()), int((pub.within_tol == False).sum())  # noqa: E712
+    assert f"{len(df)} cells" in text and f"{len(pub)} with a published value" in text
+    assert f"{within} within tolerance" in text and f"{outside} outside" in text and "0 not run" in text
+    for f in (out_csv, out_csv.with_suffix(".md"), tmp_path / "reports" / "figures" / "table1_curves.png"):
+        assert str(f) in text
+
+
+def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
+    """reports/metrics/<experiment>/<method>.json (`dvc metrics show`: a row per experiment × method, a
+    column per metric): flat JSONs of our last-round numbers; reports/plots/*.csv (`dvc plots show`): per
+    round, the mean over seeds, a column per method."""
+    from fedbayes.reports.headline import plot_files, write_headline
+
+    p = table_params
+    p["headline"] = {"table": "table1", "metrics": ["test/acc", "test/nll", "test/ece"], "curves": ["test/acc"]}
+    df = build_table(p, "table1", tmp_path / "reports" / "table1.csv")
+    out = tmp_path / "reports" / "metrics"
+    (out / "gone").mkdir(parents=True)
+    (out / "gone" / "fedold.json").write_text("{}")  # a method no longer in the table: removed
+    files = write_headline(p, tmp_path / "reports" / "table1.csv", out)
+    exps = p["tables"]["table1"]["experiments"]
+    assert sorted(out.rglob("*.json")) == sorted(out / e / "fedavg.json" for e in exps)
+    m = json.loads((out / exps[0] / "fedavg.json").read_text())
+    assert list(m) == ["test/acc", "test/nll", "test/ece"] and all(isinstance(v, float) for v in m.values())
+    last = df[(df.experiment == exps[0]) & (df["round"] == 50) & (df.metric == "test/acc")].ours_mean.iloc[0]
+    assert m["test/acc"] == pytest.approx(last)
+    plots = [f for f in files if f.suffix == ".csv"]
+    assert plots == plot_files(p) and [f.name for f in plots] == [f"table1_{e}_test_acc.csv" for e in exps]
+    c = pd.read_csv(plots[0])
+    assert list(c.columns) == ["round", "fedavg"] and c["round"].tolist() == list(range(51))
+    seeds_acc = [pd.read_csv(tmp_path / "runs" / exps[0] / "fedavg" / "local_epochs=5" / f"seed{s}" / "history.csv")
+                 .set_index("round")["test/acc"][50] for s in p["seeds"]]
+    assert c.set_index("round").fedavg[50] == pytest.approx(100 * np.mean(seeds_acc), rel=1e-5)

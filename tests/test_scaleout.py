@@ -59,7 +59,7 @@ def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_
     require_fmnist(pytest)
     url, server_dir = tracking_server
     d = copy_repo(repo, tmp_path / "repo", narrow_table1)
-    sh("snakemake --cores 2 reports/table1.csv", d, MLFLOW_TRACKING_URI=url)
+    sh("snakemake --cores 2 reports/smoke/table1.csv", d, MLFLOW_TRACKING_URI=url)
     assert not (d / "mlflow.db").exists()  # nothing went to the local store
 
     from mlflow.tracking import MlflowClient
@@ -67,7 +67,7 @@ def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_
     client = MlflowClient(url)
     exp = client.get_experiment_by_name(f"smoke-{EXP}")
     runs = client.search_runs([exp.experiment_id])
-    sweep = pd.read_csv(d / f"reports/sweeps/{EXP}.csv")
+    sweep = pd.read_csv(d / f"reports/smoke/sweeps/{EXP}.csv")
     chosen = sweep[sweep.selected].point.iloc[0]
     expected = {f"fedavg[{pt}]-seed0" for pt in sweep.point} | {f"fedavg[{chosen}]-seed1"}
     assert sorted(r.info.run_name for r in runs) == sorted(expected)
@@ -80,4 +80,4 @@ def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_
         assert sorted((m.step, m.value) for m in series) == sorted(zip(hist["round"], 100.0 * hist["test/acc"]))
         assert {"history.csv", "metrics.json", "run.json"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
     assert any((server_dir / "server-artifacts").rglob("history.csv"))  # stored by the server, not the client
-    assert "Nothing to be done" in sh("snakemake --cores 2 reports/table1.csv", d, MLFLOW_TRACKING_URI=url)
+    assert "Nothing to be done" in sh("snakemake --cores 2 reports/smoke/table1.csv", d, MLFLOW_TRACKING_URI=url)

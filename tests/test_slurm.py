@@ -1,7 +1,7 @@
 """The smoke DAG through a real Slurm cluster. workflow/cluster/slurm-single-node.sh stands up (or
 checks) a single-node cluster on this machine from Debian packages (munge, MariaDB, slurmdbd,
 slurmctld, slurmd); then, in a temporary copy of the repository at scale: smoke, Snakemake builds
-reports/table1.csv for one experiment and three methods with workflow/profiles/slurm, its account and
+reports/smoke/table1.csv for one experiment and three methods with workflow/profiles/slurm, its account and
 partition set to the test cluster's and without the GPU request of training (the cluster has no GPU).
 Checked: the table, every job in Slurm's accounting (sacct) as a COMPLETED job of this Snakemake run
 with its rule in the comment, the MLflow import jobs one at a time, one FINISHED MLflow run per
@@ -100,14 +100,14 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     profile = cluster_profile(repo, tmp_path / "profile")
     since = (datetime.now() - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
     t0 = time.monotonic()
-    out = sh(f"snakemake --profile {profile} reports/table1.csv", work, timeout=2400)
+    out = sh(f"snakemake --profile {profile} reports/smoke/table1.csv", work, timeout=2400)
     print(f"[test_slurm] snakemake through Slurm: {time.monotonic() - t0:.0f} s")
     run_id = re.search(r"SLURM run ID: (\S+)", out).group(1)
 
     # the table: one experiment, the three methods, both smoke seeds
     p = yaml.safe_load((work / "params.yaml").read_text())
     seeds = p["smoke"]["seeds"]
-    df = pd.read_csv(work / "reports/table1.csv")
+    df = pd.read_csv(work / "reports/smoke/table1.csv")
     assert set(df.experiment) == {EXPERIMENT} and set(df.method) == set(METHODS)
     assert (df.status == "ok").all() and (df.n_seeds == len(seeds)).all() and (df.scale == "smoke").all()
     assert set(df.metric) == set(p["tables"]["table1"]["metrics"])
@@ -116,7 +116,7 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
 
     # the runs: each method's grid (its first sweep_limit points) on the first seed, the selected
     # point on every seed
-    sweep = pd.read_csv(work / f"reports/sweeps/{EXPERIMENT}.csv")
+    sweep = pd.read_csv(work / f"reports/smoke/sweeps/{EXPERIMENT}.csv")
     expected_runs = set()
     for m in ("fedavg", "bayesadmm"):
         s = sweep[sweep.method == m]
@@ -152,5 +152,5 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     assert sorted(runs) == sorted((f"smoke-{EXPERIMENT}", nm, "FINISHED") for nm in names)
 
     # complete metadata from the jobs: nothing left to do, nothing submitted
-    again = sh(f"snakemake --profile {profile} reports/table1.csv", work)
+    again = sh(f"snakemake --profile {profile} reports/smoke/table1.csv", work)
     assert "Nothing to be done" in again and "submitted with SLURM jobid" not in again

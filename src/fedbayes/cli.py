@@ -7,6 +7,7 @@ names (experiment, method, seed) and paths; the numbers come from the one source
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -286,11 +287,25 @@ def cmd_replay(args) -> None:
 
 
 def cmd_table(args) -> None:
-    from fedbayes.reports.tables import build_table
+    from fedbayes.reports.tables import build_table, built_files, table_summary
 
     p = _params(args)
     df = build_table(p, args.table, out=args.out)
-    print(df.to_string(index=False, max_colwidth=40))
+    print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
+
+
+def cmd_headline(args) -> None:
+    from fedbayes.reports.headline import write_headline
+
+    p = _params(args)
+    absent = []
+    files = write_headline(p, args.table_csv, args.out, absent)
+    plots = [f for f in files if f.suffix == ".csv"]
+    print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
+          f"{args.out}/ for `dvc metrics show`, {len(plots)} curve files for `dvc plots show`", flush=True)
+    if absent:
+        print(f"  no curve (runs absent): {', '.join(dict.fromkeys(absent))}", flush=True)
+    print("\n".join(f"  wrote {f}" for f in plots), flush=True)
 
 
 def cmd_scorecard(args) -> None:
@@ -416,6 +431,12 @@ def main(argv=None) -> None:
     sp = with_params(sub.add_parser("scorecard", help="reports/README.md: which published cells reproduce, the papers' claims"))
     sp.add_argument("--out", required=True)
     sp.set_defaults(fn=cmd_scorecard)
+
+    sp = with_params(sub.add_parser("headline", help="DVC metrics and plots of the headline table (params.yaml headline)"))
+    sp.add_argument("table_csv", help="the headline table's CSV (fedbayes table)")
+    sp.add_argument("--out", required=True, help="directory of the metrics JSONs (<experiment>/<method>.json); "
+                    "the curve CSVs go to <reports>/plots/")
+    sp.set_defaults(fn=cmd_headline)
 
     sp = with_params(sub.add_parser("toy", help="a data-free reproduction target (params.yaml toys), e.g. fedep/table4"))
     sp.add_argument("name")

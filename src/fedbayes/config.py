@@ -243,6 +243,14 @@ def check_semantics(params: dict) -> None:
 
     from fedbayes.catalog import split_variant
 
+    h = params.get("headline")
+    if h:  # DVC's metrics.json and curves come from one table's cells and runs
+        spec = params.get("tables", {}).get(h["table"])
+        if spec is None:
+            problems.append(f"headline.table: {h['table']!r} is not in tables")
+        else:
+            for m in sorted(set(h["metrics"]) - set(spec["metrics"])):
+                problems.append(f"headline.metrics: {m} is not a metric of tables.{h['table']} {spec['metrics']}")
     for t, spec in params.get("tables", {}).items():
         apart = spec.get("not_comparable", {})
         for key in ("not_comparable", "substitutes"):
@@ -492,12 +500,14 @@ def config_hash(cfg: Any) -> str:
 
 
 def paths(params: dict) -> dict:
-    """Output roots; smoke-scale runs live apart so they never overwrite paper-scale results."""
+    """Output roots; smoke-scale partitions, runs, work files and reports (tables, sweeps, figures) live
+    in a ``<root>/smoke`` subfolder, so the smoke command never overwrites a paper-scale file."""
     p = dict(params["paths"])
     if params.get("scale", "paper") != "paper":
         sub = params["scale"]
         p["partitions"] = f"{p['partitions']}/{sub}"
         p["runs"] = f"{p['runs']}/{sub}"
+        p["reports"] = f"{p['reports']}/{sub}"
         p["work"] = f"{p.get('work', 'work')}/{sub}"
     p.setdefault("work", "work")
     return p

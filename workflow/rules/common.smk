@@ -8,6 +8,7 @@ from pathlib import Path
 from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
                              seeds, selection, selection_seeds, swept_points, sweep_points, table_figures)
 from fedbayes.catalog import split_variant
+from fedbayes.reports.headline import plot_files as headline_plot_files
 
 SCALE = config["scale"]
 PATHS = paths(config)

@@ -24,7 +24,10 @@ def data_status(dataset):
     """The recorded status of ``dataset``; fetched (or found unavailable) now if there is none yet."""
     path = Path(f"{WORK}/data/{dataset}.json")
     if not path.exists():
-        subprocess.run(["fedbayes", "data", dataset, "--root", RAW, "--status", str(path)], check=True)
+        # the CLI through this workflow's Python (FEDBAYES): a bare `fedbayes` is on PATH only in an
+        # activated venv, and `.venv/bin/snakemake …` must work without activating it
+        subprocess.run([sys.executable, "-m", "fedbayes.cli", "data", dataset, "--root", RAW, "--status", str(path)],
+                       check=True)
     return json.loads(path.read_text())
 
 

@@ -56,7 +56,8 @@ rule sweep_report:
     input:
         selections,
     output:
-        f"{REPORTS}/sweeps/{{experiment}}.csv",
+        report(f"{REPORTS}/sweeps/{{experiment}}.csv", caption="../report/sweep.rst", category="Sweeps (selection)",
+               subcategory="{experiment}", labels={"file": "{experiment}.csv"}),
     shell:
         cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"
 
@@ -65,6 +66,7 @@ rule fedlap_sweep_report:  # the same report where the FedLap issue asks for it,
     input:
         selections,
     output:
-        f"{REPORTS}/fedlap/sweep_{{experiment}}.csv",
+        report(f"{REPORTS}/fedlap/sweep_{{experiment}}.csv", caption="../report/sweep.rst",
+               category="Sweeps (selection)", subcategory="{experiment}", labels={"file": "fedlap/sweep_{experiment}.csv"}),
     shell:
         cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"

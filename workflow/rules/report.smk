@@ -3,6 +3,33 @@
 # schedules every sweep selection (a checkpoint) of the table at once rather than one after another.
 # An experiment whose data could not be obtained on this machine (the data checkpoint) contributes no
 # inputs: its rows read "not run (data unavailable: ...)".
+#
+# `snakemake --report report.html` is the browsable view of the results: every table (CSV and rendered
+# .md), figure, sweep report and notes file is marked with report(), in a category per paper (its title
+# from src/fedbayes/papers/<paper>.yaml) and a subcategory per table; captions in workflow/report/.
+
+
+def report_category(name):
+    """The report category of a table or toy: its paper's title, or "Headline benchmark" for table1."""
+    import fedbayes
+
+    if "/" not in name:
+        return "Headline benchmark"
+    paper = name.split("/")[0]
+    f = Path(fedbayes.__file__).parent / "papers" / f"{paper}.yaml"
+    return (yaml.safe_load(f.read_text()) or {}).get("title", paper) if f.exists() else paper
+
+
+def in_report(path, name, caption, subcategory=None):
+    """``path`` marked for Snakemake's report, under the paper of table ``name`` — if it exists. The
+    report is a separate invocation that runs nothing (`snakemake --report` after the build): it lists
+    what has been built, and an output not built yet (a figure added since the last table build, a table
+    whose runs are still training) is left out instead of failing the whole report."""
+    if not Path(path).exists():
+        return path
+    return report(path, caption=f"../report/{caption}.rst", category=report_category(name),
+                  subcategory=subcategory or name, labels={"file": Path(path).name, "table": name})
+
 
 
 def selected_runs(experiment, method):
@@ -32,6 +59,8 @@ def sweep_reports(table, experiments):
     return lambda wc: [where.format(e) for e in experiments if experiment_available(e)]
 
 
+TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rule reads the same runs)
+
 for _table, _spec in config["tables"].items():
     # a table's not_comparable experiments (no faithful substitute here) carry published numbers only
     _exps = comparable_experiments(_spec)
@@ -39,6 +68,7 @@ for _table, _spec in config["tables"].items():
     # the table (the profile's rerun-triggers leave out "input")
     _pairs = {e: [m for m in dict.fromkeys(split_variant(m)[0] for m in _spec["methods"])
                   if m in experiment(e)["methods"]] for e in _exps}
+    TABLE_PAIRS[_table] = _pairs
 
     rule:
         name:
@@ -47,12 +77,12 @@ for _table, _spec in config["tables"].items():
             *[selected_runs(e, m) for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
             status=table_status(_exps),
             sweeps=sweep_reports(_table, _exps),
-            notes=[_spec["notes"]] if "notes" in _spec else [],
+            notes=[in_report(_spec["notes"], _table, "notes", "notes")] if "notes" in _spec else [],
             code=fixed(code("reports", "papers")),
         output:
-            csv=f"{REPORTS}/{_table}.csv",
-            md=f"{REPORTS}/{_table}.md",
-            figures=[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)],
+            csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
+            md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
+            figures=[in_report(f"{REPORTS}/figures/{f}", _table, "figure") for f in table_figures(_table, _spec)],
         params:
             spec=json.dumps(_spec, sort_keys=True),
             std_ddof=config.get("std_ddof", 1),
@@ -75,9 +105,9 @@ for _toy in config.get("toys", {}):
             code=fixed(code("toys", "reports/toys.py", "papers")),
             data=fixed([f"{WORK}/data/mnist5k.json"] if _toy.startswith("bayesadmm/") else []),  # fetched mnist5k
         output:
-            csv=f"{REPORTS}/{_toy}.csv",
-            md=f"{REPORTS}/{_toy}.md",
-            figures=[f"{REPORTS}/figures/{f}" for f in TOY_FIGURES.get(_toy, [])],
+            csv=in_report(f"{REPORTS}/{_toy}.csv", _toy, "toy"),
+            md=in_report(f"{REPORTS}/{_toy}.md", _toy, "toy"),
+            figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOY_FIGURES.get(_toy, [])],
         params:
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
             code=code_hash(code("toys", "reports/toys.py", "papers")),
@@ -103,3 +133,24 @@ rule scorecard:
         code=code_hash(code("reports/scorecard.py", "papers")),
     shell:
         cli("scorecard") + " --out {output}"
+
+# DVC's view of the headline table (params.yaml `headline`; dvc.yaml `metrics:` and `plots:`): a flat
+# JSON of our last-round numbers per experiment × method (<reports>/metrics/<experiment>/<method>.json:
+# `dvc metrics show` prints a row each), and the mean learning curves as CSVs. Written from the table's
+# CSV and the histories of the runs the table read (its inputs, so they exist).
+HEADLINE = config["headline"]
+
+
+rule headline:
+    input:
+        table=f"{REPORTS}/{HEADLINE['table']}.csv",
+        code=fixed(code("reports/headline.py", "reports/tables.py")),
+    output:
+        metrics=directory(f"{REPORTS}/metrics"),
+        plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
+               for f in headline_plot_files(config)],
+    params:
+        spec=json.dumps(HEADLINE, sort_keys=True),
+        code=code_hash(code("reports/headline.py", "reports/tables.py")),
+    shell:
+        cli("headline") + " {input.table} --out {output.metrics}"

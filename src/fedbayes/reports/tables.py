@@ -366,6 +366,13 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def built_files(p: dict, name: str, out: str | Path) -> list[Path]:
+    """The files ``build_table`` writes: the CSV, its rendered .md and the table's figures."""
+    out = Path(out)
+    fig_dir = Path(paths(p)["reports"]) / "figures"
+    return [out, out.with_suffix(".md")] + [fig_dir / f for f in table_figures(name, p["tables"][name])]
+
+
 def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus its
     figures under ``reports/figures/`` (``config.table_figures``: learning curves, and reliability
@@ -381,3 +388,26 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     for f in table_figures(name, spec):
         (learning_curves if f.endswith("_curves.png") else reliability)(p, spec, fig_dir / f)
     return df
+
+
+def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
+    """What a person reads after a table job (instead of the frame): what was built, the published
+    cells within tolerance / outside / not run / otherwise not compared, and where the files are."""
+    status = df["status"].astype(str)
+    pub = df["published_mean"].notna()
+    tol = df["within_tol"].astype(str)  # True / False / None (NaN when read back from the CSV)
+    within, outside = pub & (tol == "True"), pub & (tol == "False")
+    not_run = pub & status.str.startswith("not run")
+    not_comparable = pub & status.str.startswith("not comparable")
+    no_tol = pub & (status == "ok") & ~(within | outside)
+    other = pub & ~(within | outside | not_run | not_comparable | no_tol)  # diverged, target not reached
+    ran = int((status == "ok").sum())
+    extra = [f"{int(n.sum())} {what}" for n, what in ((not_comparable, "not comparable"),
+                                                       (no_tol, "without a tolerance for their metric"),
+                                                       (other, "diverged or target missed")) if n.any()]
+    lines = [f"{name}: {len(df)} cells ({ran} with our numbers), {int(pub.sum())} with a published value: "
+             f"{int(within.sum())} within tolerance, {int(outside.sum())} outside, {int(not_run.sum())} not run"
+             + "".join(f", {e}" for e in extra)]
+    lines += [f"  wrote {f}" for f in files]
+    return lines
+

@@ -1,0 +1,98 @@
+"""DVC's view of the headline table: ``dvc metrics show/diff`` and ``dvc plots show``.
+
+params.yaml ``headline`` names the table, the metrics and the curves:
+
+- ``<reports>/metrics/<experiment>/<method>.json``: a flat JSON per experiment × method, ``{"<metric>": our
+  value}`` (the table's statistic over seeds at the experiment's last reported round; accuracy in %, as in
+  the tables), so that ``dvc metrics show`` prints a row per experiment × method and a column per metric.
+  A cell with no number of ours (not run) is left out: JSON has no NaN.
+- ``<reports>/plots/<table>_<experiment>_<metric>.csv``: per round, the mean over seeds of the metric,
+  a column per table method (``bayesadmm@mean``: the runs' point predictions); a round a method did not
+  evaluate is an empty cell. An experiment that did not run here has the header only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from fedbayes.catalog import split_variant
+from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.fileio import write_text_atomic
+from fedbayes.reports.tables import PERCENT, experiment_status
+
+
+def slug(metric: str) -> str:
+    return metric.replace("/", "_")
+
+
+def plot_files(p: dict) -> list[Path]:
+    """The curve CSVs ``write_headline`` writes (every experiment of the table of ours, ran or not)."""
+    h = p["headline"]
+    root, stem = Path(paths(p)["reports"]) / "plots", h["table"].replace("/", "_")
+    return [root / f"{stem}_{e}_{slug(m)}.csv" for e in comparable_experiments(p["tables"][h["table"]])
+            for m in h["curves"]]
+
+
+def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
+    """``{(experiment, method): {metric: ours_mean}}`` at each experiment's last reported round, the
+    metrics in ``headline.metrics`` order."""
+    h = p["headline"]
+    df = table[table.metric.isin(h["metrics"]) & table.ours_mean.notna()]
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for exp, rows in df.groupby("experiment", sort=False):
+        last = rows[rows["round"] == rows["round"].max()]
+        for method, cells in last.groupby("method", sort=False):
+            vals = dict(zip(cells.metric, cells.ours_mean.astype(float)))
+            out[(exp, method)] = {m: vals[m] for m in h["metrics"] if m in vals}
+    return out
+
+
+def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> pd.DataFrame:
+    """Per round, the mean over seeds of ``metric`` of each table method on ``exp`` (its selected runs).
+    In the DAG the runs exist (the table read them); run by hand, a method with a run absent (a rerun in
+    progress) gets no column and its name is added to ``absent``."""
+    from fedbayes.reports.selection import run_dir, selected_point
+
+    spec = p["tables"][p["headline"]["table"]]
+    cols = {}
+    if experiment_status(p, exp) == "ok":
+        e = experiment_config(p, exp)
+        for method in spec["methods"]:
+            base, variant = split_variant(method)
+            if base not in e["methods"]:
+                continue
+            point = selected_point(p, exp, base)
+            col = f"{variant}/{metric}" if variant else metric
+            files = [run_dir(p, exp, base, point, s) / "history.csv" for s in seeds(p, exp, base)]
+            if not all(f.exists() for f in files):
+                if absent is not None:
+                    absent.append(f"{exp}/{method}")
+                continue
+            runs = [pd.read_csv(f).set_index("round") for f in files]
+            if all(col in h for h in runs):
+                v = pd.concat([h[col] for h in runs], axis=1).mean(axis=1, skipna=False)
+                cols[method] = v * (100.0 if metric in PERCENT else 1.0)
+    df = pd.DataFrame(cols)
+    df.index.name = "round"
+    return df.dropna(how="all").reset_index()
+
+
+def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list[str] | None = None) -> list[Path]:
+    """Write the metrics JSONs under ``out`` (a directory, emptied of earlier JSONs first) and the curve
+    CSVs; returns the files written (``absent``: as in ``curves``)."""
+    table = pd.read_csv(table_csv)
+    out = Path(out)
+    for old in out.glob("*/*.json") if out.is_dir() else []:
+        old.unlink()
+    written = []
+    for (exp, method), vals in headline_metrics(p, table).items():
+        written.append(write_text_atomic(out / exp / f"{method}.json", json.dumps(vals, indent=1) + "\n"))
+    for f in plot_files(p):
+        exp, metric = next((e, m) for e in comparable_experiments(p["tables"][p["headline"]["table"]])
+                           for m in p["headline"]["curves"] if f.name.endswith(f"_{e}_{slug(m)}.csv"))
+        write_text_atomic(f, curves(p, exp, metric, absent).to_csv(index=False, float_format="%.6g"))
+        written.append(f)
+    return written
