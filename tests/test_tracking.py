@@ -16,23 +16,29 @@ def finished_run(tmp_path, synthetic_run_data, cfg_factory):
     return tmp_path / "run"
 
 
-def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, repo, monkeypatch):
+@pytest.fixture
+def store(tmp_path, repo, monkeypatch):
+    """(params, uri, client) of a fresh SQLite store; the working directory is a stand-in repository root."""
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
-
-    from fedbayes.tracking import log_run
 
     p = yaml.safe_load((repo / "params.yaml").read_text())
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     p["paths"]["mlartifacts"] = str(tmp_path / "mlartifacts")
+    return p, uri, MlflowClient(uri)
+
+
+def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
+    from fedbayes.tracking import log_run
+
+    p, _, client = store
     sel = tmp_path / "selected.json"
     sel.write_text('{"point": "local_epochs=5"}')
     first = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run, selected=str(sel))
     second = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run, selected=str(sel))
     other = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run, selected=str(sel))
-    client = MlflowClient(uri)
     exp = client.get_experiment_by_name("fmnist10-iid-k10")
     runs = {r.info.run_id: r for r in client.search_runs([exp.experiment_id])}
     assert set(runs) == {second, other} and first != second
@@ -68,20 +74,6 @@ from pathlib import Path  # noqa: E402
 import pandas as pd  # noqa: E402
 
 KEY = "paper/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
-
-
-@pytest.fixture
-def store(tmp_path, repo, monkeypatch):
-    """(params, uri, client) of a fresh SQLite store; the working directory is a stand-in repository root."""
-    pytest.importorskip("mlflow")
-    from mlflow.tracking import MlflowClient
-
-    p = yaml.safe_load((repo / "params.yaml").read_text())
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.chdir(tmp_path)
-    p["paths"]["mlartifacts"] = str(tmp_path / "mlartifacts")
-    return p, uri, MlflowClient(uri)
 
 
 def _runs(client, key=KEY, exp="fmnist10-iid-k10"):
