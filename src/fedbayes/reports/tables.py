@@ -392,22 +392,17 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
 
 def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
     """What a person reads after a table job (instead of the frame): what was built, the published
-    cells within tolerance / outside / not run / otherwise not compared, and where the files are."""
-    status = df["status"].astype(str)
-    pub = df["published_mean"].notna()
-    tol = df["within_tol"].astype(str)  # True / False / None (NaN when read back from the CSV)
-    within, outside = pub & (tol == "True"), pub & (tol == "False")
-    not_run = pub & status.str.startswith("not run")
-    not_comparable = pub & status.str.startswith("not comparable")
-    no_tol = pub & (status == "ok") & ~(within | outside)
-    other = pub & ~(within | outside | not_run | not_comparable | no_tol)  # diverged, target not reached
-    ran = int((status == "ok").sum())
-    extra = [f"{int(n.sum())} {what}" for n, what in ((not_comparable, "not comparable"),
-                                                       (no_tol, "without a tolerance for their metric"),
-                                                       (other, "diverged or target missed")) if n.any()]
-    lines = [f"{name}: {len(df)} cells ({ran} with our numbers), {int(pub.sum())} with a published value: "
-             f"{int(within.sum())} within tolerance, {int(outside.sum())} outside, {int(not_run.sum())} not run"
-             + "".join(f", {e}" for e in extra)]
+    cells by verdict (the scorecard's classification, ``scorecard.verdict``), and where the files are."""
+    from fedbayes.reports.scorecard import counts, published_cells
+
+    c = counts(published_cells(df))
+    not_run = c["not run (data unavailable)"] + c["not run (other)"]
+    extra = [f"{n} {what}" for n, what in ((c["not comparable"], "not comparable"),
+                                           (c["no tolerance set"], "without a tolerance for their metric"),
+                                           (c["diverged"], "diverged")) if n]
+    lines = [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with our numbers), "
+             f"{sum(c.values())} with a published value: {c['within tolerance']} within tolerance, "
+             f"{c['outside tolerance']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]
     lines += [f"  wrote {f}" for f in files]
     return lines
 
