@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from fedbayes.engine import run_federated
 from fedbayes.methods import ClientData, build_method
 from fedbayes.methods.fedcurv import offline_fisher
-from fedbayes.methods.fola import prior_loss, product_aggregate
+from fedbayes.methods.curvature import prior_loss
+from fedbayes.methods.fola import product_aggregate
 from fedbayes.models import FlatModel, build_model
 
 

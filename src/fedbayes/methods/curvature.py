@@ -14,13 +14,17 @@ Two exact implementations:
   (the BackPACK DiagGGNExact construction);
 * any other model: one vector-Jacobian product per (point, class), vectorised with torch.func.vmap
   (slow, used as the fallback and as the test oracle).
+
+Also the Laplace helpers that FOLA and FedCurv share (per-example gradients for the empirical Fisher,
+the quadratic prior penalty), so that neither method imports the other's module.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.func import vjp, vmap
+from torch.func import grad_and_value, vjp, vmap
 
 
 def _sqrt_factor(logits: torch.Tensor) -> torch.Tensor:
@@ -81,3 +85,29 @@ def diag_ggn_vjp(fm, w: torch.Tensor, x: torch.Tensor, chunk: int = 64) -> torch
     for i in range(0, len(x), chunk):
         out += vmap(one)(x[i:i + chunk]).sum(0)
     return out
+
+
+# --- Fisher and Laplace helpers shared by FOLA and FedCurv (empirical Fisher from per-example gradients) ---
+
+PRIOR_LOSSES = ("paper", "released")
+
+
+def prior_loss(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: float,
+               mode: str = "paper") -> torch.Tensor:
+    """λ · L_Prior = (λ/2) Σ_j precision_j (w_j − μ_j)² (Eq. 15–16); gradient λ · precision ∘ (w − μ).
+
+    ``released``: the same value computed from ``w.detach()``, so it has no gradient (spec D3)."""
+    if mode not in PRIOR_LOSSES:
+        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
+    if mode == "released":
+        w = w.detach()
+    return 0.5 * lam * (precision * (w - mu).square()).sum()
+
+
+def per_example_grads(fm, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(|b|, P) gradients ∇_w CE(w; x_i, y_i) and the (|b|,) losses, one row per example (torch.func)."""
+
+    def one(p, xi, yi):
+        return F.cross_entropy(fm(p, xi.unsqueeze(0)), yi.unsqueeze(0))
+
+    return vmap(grad_and_value(one), in_dims=(None, 0, 0))(w.detach(), x, y)

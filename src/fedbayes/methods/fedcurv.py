@@ -37,8 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.base import ClientData, Method, weighted_mean
-from fedbayes.methods.curvature import diag_ggn
-from fedbayes.methods.fola import PRIOR_LOSSES, per_example_grads, prior_loss
+from fedbayes.methods.curvature import PRIOR_LOSSES, diag_ggn, per_example_grads, prior_loss
 
 
 def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str = "code") -> torch.Tensor:

@@ -32,32 +32,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.func import grad_and_value, vmap
 
 from fedbayes.methods.base import ClientData, Method, make_optimizer
-
-PRIOR_LOSSES = ("paper", "released")
-
-
-def prior_loss(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: float,
-               mode: str = "paper") -> torch.Tensor:
-    """λ · L_Prior = (λ/2) Σ_j precision_j (w_j − μ_j)² (Eq. 15–16); gradient λ · precision ∘ (w − μ).
-
-    ``released``: the same value computed from ``w.detach()``, so it has no gradient (spec D3)."""
-    if mode not in PRIOR_LOSSES:
-        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
-    if mode == "released":
-        w = w.detach()
-    return 0.5 * lam * (precision * (w - mu).square()).sum()
-
-
-def per_example_grads(fm, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(|b|, P) gradients ∇_w CE(w; x_i, y_i) and the (|b|,) losses, one row per example (torch.func)."""
-
-    def one(p, xi, yi):
-        return F.cross_entropy(fm(p, xi.unsqueeze(0)), yi.unsqueeze(0))
-
-    return vmap(grad_and_value(one), in_dims=(None, 0, 0))(w.detach(), x, y)
+from fedbayes.methods.curvature import PRIOR_LOSSES, per_example_grads, prior_loss
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
