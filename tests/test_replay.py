@@ -171,3 +171,17 @@ if __name__ == "__main__":  # python tests/test_replay.py METHOD ...  (or: all)
     for m in names:
         with tempfile.TemporaryDirectory() as d:
             print(write_golden(m, Path(d)))
+
+
+def test_numpy_kernels_are_capped_at_avx2_like_torchs():
+    """NumPy's SIMD dispatch is capped at X86_V3 (AVX2) once fedbayes is imported first, as the CLI and the
+    tests do: on an AVX-512 machine its AVX-512 reductions changed ECE/Brier in the last bit and the
+    goldens failed (checked on an AMD EPYC Zen 4). Nothing to check on a machine without AVX-512."""
+    import os
+    import subprocess
+
+    code = ("import fedbayes, numpy; from numpy._core._multiarray_umath import __cpu_features__ as f; "
+            "print(int(bool(f.get('X86_V4') or f.get('AVX512_ICL'))))")
+    env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "0", out.stdout + out.stderr
