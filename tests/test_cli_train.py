@@ -36,6 +36,7 @@ def setup(tmp_path, repo):
             p["methods"][m].pop("overrides", None)
     p["smoke"].pop("experiments", None)
     p["tables"] = {}
+    p.pop("headline")
     p["paths"] = {k: str(tmp_path / k) for k in ("raw", "partitions", "runs", "reports", "work")}
     p["paths"]["mlflow_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (tmp_path / "workflow/schemas").mkdir(parents=True)
@@ -231,3 +232,84 @@ def test_atomic_writes_use_a_temporary_name_unique_to_the_process(tmp_path, monk
         tmp.write_text("half")
         raise RuntimeError("killed mid-write")
     assert sorted(f.name for f in tmp_path.iterdir()) == ["a.json", "b.png"]
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs (needs mount rights: root in CI), unmounted afterwards."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        if os.environ.get("CI") and os.geteuid() == 0:
+            pytest.fail(f"cannot mount a tmpfs as root: {r.stderr}")
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_disk_is_named_not_an_iostream_error(setup, tiny_disk, capsys):
+    """A run directory on a full disk: torch.save's checkpoint write fails inside a C++ stream; the command
+    says "no space left" with the file, exit 2, and leaves no temporary file behind."""
+    d, p = setup
+    assert train(d, capsys)[0] == 0  # data and partition in place
+    rc, err = train(d, capsys, out=tiny_disk / "run")
+    assert rc == 2 and "no space left on the device" in err and str(tiny_disk / "run") in err, err
+    assert "Traceback" not in err and "PytorchStreamWriter" not in err
+    assert not [f for f in tiny_disk.rglob("*.tmp*")]
+
+
+def test_disk_full_mapping_without_mount_rights(tmp_path, monkeypatch):
+    """The same mapping where no tmpfs can be mounted: a C++-stream write error on a disk with no room
+    left becomes ENOSPC naming the file; the same error with room left is passed on unchanged."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    from fedbayes.fileio import atomic_target
+
+    usage = namedtuple("usage", "total used free")
+    target = tmp_path / "checkpoint.pt"
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(1 << 30, 1 << 30, 0))
+    with pytest.raises(OSError) as e, atomic_target(target):
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+    assert e.value.errno == errno.ENOSPC and str(target) in str(e.value)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(1 << 30, 0, 1 << 30))
+    with pytest.raises(RuntimeError, match="file write failed"), atomic_target(target):
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+    assert not list(tmp_path.iterdir())
+
+
+def test_read_only_data_directory_is_read_without_a_lock(setup, capsys):
+    """A complete dataset in a directory this process cannot write (a shared read-only mirror) trains; the
+    lock file it cannot create is not an error."""
+    d, p = setup
+    assert train(d, capsys)[0] == 0
+    raw = Path(paths(p)["raw"])
+    for f in raw.rglob("*.lock"):
+        f.unlink()
+    modes = {f: f.stat().st_mode for f in [raw, *raw.rglob("*")] if f.is_dir()}
+    try:
+        for f in modes:
+            f.chmod(0o555)
+        if os.geteuid() == 0:  # root writes anyway: make the directory read-only the way root sees it
+            ro = d / "ro"
+            ro.mkdir()
+            r = subprocess.run(["mount", "--bind", "-o", "ro", str(raw), str(ro)], capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.skip(f"cannot bind-mount read-only here: {r.stderr.strip()}")
+            try:
+                subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=False)
+                q = yaml.safe_load((d / "params.yaml").read_text())
+                q["paths"]["raw"] = str(ro)
+                (d / "params.yaml").write_text(yaml.safe_dump(q))
+                rc, err = train(d, capsys, seed=1, partition=d / "part-seed1.npz", out=d / "run-seed1")
+            finally:
+                subprocess.run(["umount", "-l", str(ro)], check=False)
+        else:
+            rc, err = train(d, capsys, seed=1, partition=d / "part-seed1.npz", out=d / "run-seed1")
+    finally:
+        for f, m in modes.items():
+            f.chmod(m)
+    assert rc == 0, err
+    assert (d / "run-seed1" / "history.csv").exists()

@@ -47,6 +47,7 @@ def synthetic_params(p: dict) -> None:
     table.update({"title": "fault tests", "experiments": ["synth-k4"], "methods": ["fedavg", "fedprox"],
                   "metrics": ["test/acc", "test/nll"], "published": []})
     p["tables"] = {"faults": table}
+    p["headline"] = {"table": "faults", "metrics": ["test/acc", "test/nll"], "curves": ["test/acc"]}
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,7 @@ def add_method(p: dict, experiment: str = "fmnist10-iid-k10") -> None:
     p["experiments"] = {experiment: {**p["experiments"][experiment], "methods": ["fedavg", KEY]}}
     p["tables"] = {"example": {"title": "FedAvg and FedAvg with a server learning rate", "experiments": [experiment],
                                "methods": ["fedavg", KEY], "statistic": "mean_last3", "metrics": ["test/acc", "test/nll"]}}
+    p["headline"] = {"table": "example", "metrics": ["test/acc", "test/nll"], "curves": ["test/acc"]}
 
 
 def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, repo):

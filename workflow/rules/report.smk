@@ -138,19 +138,21 @@ rule scorecard:
 # JSON of our last-round numbers per experiment × method (<reports>/metrics/<experiment>/<method>.json:
 # `dvc metrics show` prints a row each), and the mean learning curves as CSVs. Written from the table's
 # CSV and the histories of the runs the table read (its inputs, so they exist).
-HEADLINE = config["headline"]
+HEADLINE = config.get("headline")  # optional: a params.yaml without one has no DVC metrics view
 
 
-rule headline:
-    input:
-        table=f"{REPORTS}/{HEADLINE['table']}.csv",
-        code=fixed(code("reports/headline.py", "reports/tables.py")),
-    output:
-        metrics=directory(f"{REPORTS}/metrics"),
-        plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
-               for f in headline_plot_files(config)],
-    params:
-        spec=json.dumps(HEADLINE, sort_keys=True),
-        code=code_hash(code("reports/headline.py", "reports/tables.py")),
-    shell:
-        cli("headline") + " {input.table} --out {output.metrics}"
+if HEADLINE:
+
+    rule headline:
+        input:
+            table=f"{REPORTS}/{HEADLINE['table']}.csv",
+            code=fixed(code("reports/headline.py", "reports/tables.py")),
+        output:
+            metrics=directory(f"{REPORTS}/metrics"),
+            plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
+                   for f in headline_plot_files(config)],
+        params:
+            spec=json.dumps(HEADLINE, sort_keys=True),
+            code=code_hash(code("reports/headline.py", "reports/tables.py")),
+        shell:
+            cli("headline") + " {input.table} --out {output.metrics}"
