@@ -16,7 +16,8 @@ from fedbayes.reports.tables import build_table, cell_value
 
 def fake_metrics(exp, method, seed, accs: dict, nlls: dict):
     rounds = {str(r): {"test/acc": accs[r], "test/nll": nlls[r]} for r in accs}
-    return {"experiment": exp, "method": method, "seed": seed, "rounds": rounds}
+    return {"experiment": exp, "method": method, "seed": seed, "rounds": rounds, "config_hash": f"{exp}-{seed}",
+            "final_round": max(accs), "final": rounds[str(max(accs))]}
 
 
 def test_cell_value_statistics():
@@ -44,14 +45,18 @@ def test_published_lookup_matches_the_papers():
 
 
 def write_run(d, exp, seed, acc, nll):
+    """A finished run's three files as the engine writes them: every round 0..R in the history (rounds
+    not given: not evaluated), run.json with the configuration metrics.json was computed from."""
     d.mkdir(parents=True)
-    rounds = sorted(acc)
+    last = max(acc)
     m = fake_metrics(exp, "fedavg", seed, acc, nll)
     for r in m["rounds"].values():
         r.update({"test/ece": 0.05, "test/brier": 0.3, "ood/auroc_entropy": 0.8})
     (d / "metrics.json").write_text(json.dumps(m))
-    pd.DataFrame({"round": rounds, "test/acc": [acc[r] for r in rounds],
-                  "test/nll": [nll[r] for r in rounds]}).to_csv(d / "history.csv", index=False)
+    (d / "run.json").write_text(json.dumps({"config": {"experiment": exp, "method": "fedavg", "seed": seed, "rounds": last},
+                                            "config_hash": m["config_hash"]}))
+    pd.DataFrame({"round": range(last + 1), "test/acc": [acc.get(r, float("nan")) for r in range(last + 1)],
+                  "test/nll": [nll.get(r, float("nan")) for r in range(last + 1)]}).to_csv(d / "history.csv", index=False)
 
 
 @pytest.fixture
@@ -137,7 +142,7 @@ def test_smoke_table_has_no_published_column(table_params, tmp_path):
         src = tmp_path / "runs" / exp / "fedavg" / "local_epochs=1" / "seed0"
         dst = tmp_path / "runs" / ".." / "smoke" / exp / "fedavg" / "local_epochs=1" / "seed0"
         dst.mkdir(parents=True)
-        for f in ("metrics.json", "history.csv"):
+        for f in ("metrics.json", "history.csv", "run.json"):
             (dst / f).write_text((src / f).read_text())
         write_selection(p, exp, "fedavg")
     df = build_table(p, "table1", tmp_path / "smoke_table1.csv")

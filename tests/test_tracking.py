@@ -35,7 +35,7 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
 
     p, _, client = store
     sel = tmp_path / "selected.json"
-    sel.write_text('{"point": "local_epochs=5"}')
+    sel.write_text('{"point": "local_epochs=5", "hparams": {"local_epochs": 5}}')
     first = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run, selected=str(sel))
     second = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run, selected=str(sel))
     other = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run, selected=str(sel))
@@ -47,7 +47,7 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
     assert run.data.tags["selected"] == "true" and runs[other].data.tags["selected"] == "false"
     assert run.info.run_name == "fedavg[local_epochs=5]-seed0"
     # a new selection re-tags the runs imported under the old one
-    sel.write_text('{"point": "local_epochs=1"}')
+    sel.write_text('{"point": "local_epochs=1", "hparams": {"local_epochs": 1}}')
     log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run, selected=str(sel))
     tags = {r.data.tags["point"]: r.data.tags["selected"] for r in client.search_runs([exp.experiment_id])}
     assert tags == {"local_epochs=5": "false", "local_epochs=1": "true"}

@@ -7,6 +7,7 @@ names (experiment, method, seed) and paths; the numbers come from the one source
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -64,7 +65,7 @@ def _locked(path: Path):
     """An exclusive lock (``<path>.lock``) while parallel jobs create the same data or partition file."""
     from fedbayes.fileio import exclusive_lock
 
-    return exclusive_lock(path)
+    return exclusive_lock(path, read_only_ok=True)
 
 
 def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = True):
@@ -471,11 +472,19 @@ def main(argv=None) -> None:
     from fedbayes.config import ConfigError
     from fedbayes.data import DataIntegrityError, DataUnavailableError
     from fedbayes.partition import PartitionIntegrityError
+    from fedbayes.runfiles import DamagedFile
 
     try:
         args.fn(args)
-    except (ConfigError, DataUnavailableError, DataIntegrityError, PartitionIntegrityError, FileNotFoundError) as e:
+    except (ConfigError, DataUnavailableError, DataIntegrityError, PartitionIntegrityError, DamagedFile,
+            FileNotFoundError) as e:
         print(f"fedbayes {args.cmd}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:  # a full disk, a read-only or forbidden place: one line, not a traceback
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        print(f"fedbayes {args.cmd}: error: {e.strerror}{where}", file=sys.stderr)
         sys.exit(2)
 
 

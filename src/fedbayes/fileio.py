@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -117,14 +119,31 @@ def temp_path(path: str | Path, keep_suffix: bool = False) -> Path:
 @contextmanager
 def atomic_target(path: str | Path, keep_suffix: bool = False):
     """Yield a :func:`temp_path` to write; on success it replaces ``path`` (``os.replace``), on an error
-    it is removed."""
+    it is removed. A write that failed because the disk is full raises ``OSError(ENOSPC)`` naming
+    ``path`` (libraries that write through C++ streams, torch.save among them, report it as a generic
+    "file write failed")."""
     tmp = temp_path(path, keep_suffix)
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, Exception) and _disk_full(e, Path(path).parent):
+            raise OSError(errno.ENOSPC, f"no space left on the device of {Path(path).parent} while writing "
+                                        f"{path}: free some space and run the command again") from e
         raise
+
+
+def _disk_full(e: Exception, where: Path) -> bool:
+    """The write error ``e`` was (or probably was) a full disk under ``where``."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(e, RuntimeError):  # torch.save's PytorchStreamWriter: "iostream error", "unexpected pos"
+        try:
+            return shutil.disk_usage(where).free < 1 << 20
+        except OSError:
+            return False
+    return False
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -186,15 +205,24 @@ def try_exclusive_lock(lock: str | Path):
 
 
 @contextmanager
-def exclusive_lock(path: str | Path):
+def exclusive_lock(path: str | Path, read_only_ok: bool = False):
     """Hold an exclusive ``flock`` on ``<path>.lock`` (created if missing): processes that create or
     write the same file (a dataset, a partition, a SQLite store) take turns. The kernel releases the
-    lock when its holder dies, so a killed job never leaves it held."""
+    lock when its holder dies, so a killed job never leaves it held. With ``read_only_ok``, a directory
+    this process cannot write (a read-only data mirror) is used without the lock: nothing there can be
+    written by us, and a file that is missing or damaged fails where it is read, naming it."""
     import fcntl
 
     lock = Path(str(path) + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock, "w")
+    except OSError as e:
+        if read_only_ok and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            yield  # a directory nobody here can write: no writer to take turns with; readers go ahead
+            return
+        raise
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

@@ -51,6 +51,7 @@ from urllib.parse import urlparse
 
 from fedbayes.config import paths
 from fedbayes.fileio import exclusive_lock
+from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
 
 from fedbayes.reports.tables import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 
@@ -70,6 +71,34 @@ class TrackingUnavailable(RuntimeError):
 
 def tracking_uri(p: dict) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or p["paths"]["mlflow_uri"]
+
+
+def marker_problems(marker: str | Path, uri: str) -> list[str]:
+    """Why an import marker (the MLflow run ids ``fedbayes track --marker`` wrote) no longer stands for
+    runs in the store, or [] when it does or cannot be told cheaply. A SQLite store is read directly
+    (no MLflow import): a deleted store, or a marker's run missing from it or not FINISHED, makes the
+    import stale. Other stores (a server, a database) are not probed here."""
+    import sqlite3
+
+    marker = Path(marker)
+    if not marker.exists() or not uri.startswith("sqlite:///"):
+        return []
+    ids = [line.split()[0] for line in marker.read_text().splitlines() if line.strip()]  # "<run id> <point> <seed>"
+    db = Path(uri[len("sqlite:///"):])
+    if not db.exists():
+        return [f"the MLflow store {db} is gone"]
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        try:
+            found = dict(con.execute(
+                f"SELECT run_uuid, status FROM runs WHERE lifecycle_stage = 'active' AND run_uuid IN "
+                f"({','.join('?' * len(ids))})", ids).fetchall()) if ids else {}
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        return [f"the MLflow store {db} cannot be read ({e})"]
+    lost = [i for i in ids if found.get(i) != "FINISHED"]
+    return [f"{len(lost)} of its {len(ids)} imported runs are not in {db}"] if lost else []
 
 
 def _is_server(uri: str) -> bool:
@@ -317,9 +346,9 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     from mlflow.tracking import MlflowClient
 
     run_dir = Path(run_dir)
-    history = pd.read_csv(run_dir / "history.csv")
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    info = json.loads((run_dir / "run.json").read_text())
+    info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
+    history = read_history(run_dir, info)
+    metrics = read_metrics(run_dir, info)
     cfg = info["config"]  # what actually produced these numbers
     uri = tracking_uri(p)
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
@@ -347,7 +376,7 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
 
     start, end, stamps, how = run_times(run_dir, info, history)
     code = code_tags(info)
-    chosen = json.loads(Path(selected).read_text())["point"] if selected else None
+    chosen = read_selected(selected)["point"] if selected else None
     variants = sorted(v for v in metrics.get("variants", {}) if v)
     catalog = _variant_kinds(method)
     base = {"experiment": experiment, "base_method": method, "point": point, "seed": str(seed),

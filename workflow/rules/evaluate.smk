@@ -7,11 +7,27 @@
 # would look stale (re-evaluating fails there: predictions.npz is not committed). history.csv is not
 # ancient: it sorts before metrics.json, so a clone never makes it newer, and a retrained run (a new
 # history.csv) re-evaluates — Snakemake propagates a rerun only through inputs that are not all ancient.
+def damaged_metrics(wc):
+    """A metrics.json that is damaged or another run's (fedbayes.runfiles.metrics_problems) is rebuilt: a
+    marker naming the problem (new mtime) becomes an input, as for a changed run (train.smk)."""
+    from fedbayes.runfiles import metrics_problems
+
+    d = run_dir(wc.experiment, wc.method, wc.point, wc.seed)
+    problems = metrics_problems(d)
+    if not problems:
+        return []
+    marker = Path(WORK) / "damaged" / wc.experiment / wc.method / wc.point / f"seed{wc.seed}.metrics.txt"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("rebuilt because " + ", ".join(problems) + "\n")
+    return [str(marker)]
+
+
 rule evaluate:
     input:
         history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
         run=ancient(f"{RUN}/run.json"),
         code=fixed(code("eval")),
+        damaged=damaged_metrics,
     output:
         f"{RUN}/metrics.json",
     params:

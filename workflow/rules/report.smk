@@ -32,6 +32,23 @@ def in_report(path, name, caption, subcategory=None):
 
 
 
+def missing_marker(experiment, method, files):
+    """A run file deleted behind an existing table, or the MLflow runs of its import gone from the store:
+    Snakemake 9 does not look behind a table whose inputs hang on a checkpoint (the sweep selection) and
+    would say "Nothing to be done". A marker naming what is missing (new mtime) becomes an input, so the
+    table reruns and the jobs that write the missing files (or redo the import) run."""
+    from fedbayes.tracking import marker_problems, tracking_uri
+
+    missing = [f for f in files if not Path(f).exists()]
+    missing += marker_problems(f"{WORK}/mlflow/{experiment}/{method}.runs", tracking_uri(config))  # store lost
+    if not missing:
+        return []
+    marker = Path(WORK) / "missing" / experiment / f"{method}.txt"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("rebuilt because of: " + ", ".join(missing) + "\n")
+    return [str(marker)]
+
+
 def selected_runs(experiment, method):
     """Input function: the runs of the selected point (all seeds) and the (experiment, method)'s MLflow
     import marker."""
@@ -41,8 +58,9 @@ def selected_runs(experiment, method):
             return []
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
-        return ([f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
-                + [f"{WORK}/mlflow/{experiment}/{method}.runs"])
+        files = ([f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
+                 + [f"{WORK}/mlflow/{experiment}/{method}.runs"])
+        return files + missing_marker(experiment, method, files + [f"{r}/run.json" for r in runs])
 
     return inputs
 

@@ -13,8 +13,23 @@ def method_runs(experiment, method):
     return sorted(runs, key=lambda r: (r[1], r[0]))
 
 
+def store_lost(wc):
+    """An import whose runs are gone from the store (it was deleted, or runs were removed in the UI) is
+    redone: a marker naming why becomes an input (fedbayes.tracking.marker_problems)."""
+    from fedbayes.tracking import marker_problems, tracking_uri
+
+    problems = marker_problems(f"{WORK}/mlflow/{wc.experiment}/{wc.method}.runs", tracking_uri(config))
+    if not problems:
+        return []
+    marker = Path(WORK) / "damaged" / "mlflow" / wc.experiment / f"{wc.method}.txt"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("re-imported because " + ", ".join(problems) + "\n")
+    return [str(marker)]
+
+
 rule mlflow_log:
     input:
+        lost=store_lost,
         runs=lambda wc: [f"{run_dir(wc.experiment, wc.method, pt, s)}/{f}"
                          for pt, s in method_runs(wc.experiment, wc.method) for f in ("metrics.json", "history.csv")],
         selected=f"{RUNS}/{{experiment}}/{{method}}/selected.json",

@@ -21,20 +21,26 @@ def changed_config(wc):
     other numerics versions than the code declares, is stale, also where Snakemake has no record of
     the params it ran with (a fresh clone, a DVC pull): then a marker naming what changed is written
     (new mtime) and made an input, so the run reruns. A run whose record matches needs nothing (a clone
-    adopts it). A run.json without ``numerics`` was trained at version 1 of each."""
+    adopts it). A run.json without ``numerics`` was trained at version 1 of each. A damaged run.json or
+    history.csv (unparseable, truncated, disagreeing with each other: fedbayes.runfiles) reruns the run
+    the same way, the marker naming the file."""
     from fedbayes.catalog import numerics
     from fedbayes.config import config_changes
+    from fedbayes.runfiles import run_problems
 
-    rec = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed)) / "run.json"
-    try:
-        info = json.loads(rec.read_text())
-        recorded = info["config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    changed = config_changes(recorded, run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point))
-    ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)
-    changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
-                for k in sorted(now) if ran.get(k) != now[k]]
+    d = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed))
+    have = [f for f in ("run.json", "history.csv") if (d / f).exists()]
+    if not have:
+        return []  # never trained (or deleted whole): Snakemake runs it for its missing outputs
+    # one of the two deleted: a marker too (behind a table built on a sweep selection, Snakemake 9 does
+    # not notice a train job's missing output by itself)
+    changed = [f"{f} missing" for f in ("run.json", "history.csv") if f not in have] or run_problems(d)
+    if not changed:
+        info = json.loads((d / "run.json").read_text())
+        changed = config_changes(info["config"], run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point))
+        ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)
+        changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
+                    for k in sorted(now) if ran.get(k) != now[k]]
     if not changed:
         return []
     marker = Path(WORK) / "changed" / wc.experiment / wc.method / wc.point / f"seed{wc.seed}.txt"

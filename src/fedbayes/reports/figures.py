@@ -10,7 +10,6 @@ axis limits that keep every curve's end in view. Reliability diagrams: per metho
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from matplotlib.figure import Figure
 from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, seeds
 from fedbayes.fileio import save_figure_atomic
+from fedbayes.runfiles import read_history, read_metrics
 
 MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
 METRICS = {"test/acc": ("accuracy (%)", 100.0), "test/nll": ("NLL (nats)", 1.0), "test/ece": ("ECE", 1.0)}
@@ -68,7 +68,7 @@ def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
     point = selected_point(p, exp, base)
     frames = []
     for s in seeds(p, exp, base):
-        h = pd.read_csv(run_dir(p, exp, base, point, s) / "history.csv")
+        h = read_history(run_dir(p, exp, base, point, s))
         for metric, (_, mult) in METRICS.items():
             col = f"{variant}/{metric}" if variant else metric
             if col in h:
@@ -205,7 +205,7 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
                 ax = axes[xi * rows_per_exp + k // ncol][k % ncol]
                 ax.set_visible(True)
                 point = selected_point(p, x, base)
-                bins = [json.loads((run_dir(p, x, base, point, s) / "metrics.json").read_text()).get("reliability", [])
+                bins = [read_metrics(run_dir(p, x, base, point, s)).get("reliability", [])
                         for s in seeds(p, x, base)]
                 if not bins or not all(bins):
                     ax.set_title(f"{base}\n{x}: no bins", fontsize=7)

@@ -17,6 +17,7 @@ import pandas as pd
 from fedbayes.config import paths, selection, selection_seeds, sweep_points
 from fedbayes.fileio import write_text_atomic
 from fedbayes.reports.tables import cell_value, diverged_before
+from fedbayes.runfiles import read_metrics, read_selected
 
 
 def runs_root(p: dict) -> Path:
@@ -34,13 +35,13 @@ def selected_path(p: dict, experiment: str, method: str) -> Path:
 def select(p: dict, experiment: str, method: str) -> dict:
     crit = selection(p, experiment)
     if "from" in crit:  # the point another experiment selected (selection_from): no grid of our own
-        src = json.loads(selected_path(p, crit["from"], method).read_text())
+        src = read_selected(selected_path(p, crit["from"], method))
         return {"experiment": experiment, "method": method, "point": src["point"], "hparams": src["hparams"],
                 "criterion": crit, "candidates": []}
     candidates = []
     on = selection_seeds(p, experiment, method)
     for point, values in sweep_points(p, experiment, method).items():
-        ms = [json.loads((run_dir(p, experiment, method, point, s) / "metrics.json").read_text()) for s in on]
+        ms = [read_metrics(run_dir(p, experiment, method, point, s)) for s in on]
         # a point diverged on any seed has no value and is never selected
         r = max((d for m in ms if (d := diverged_before(m, crit["round"]))), default=None)
         vals = [cell_value(m, crit["metric"], crit["round"], crit["statistic"]) for m in ms] if not r else []
@@ -63,13 +64,13 @@ def write_selection(p: dict, experiment: str, method: str, out: str | Path | Non
 
 
 def selected_point(p: dict, experiment: str, method: str) -> str:
-    return json.loads(selected_path(p, experiment, method).read_text())["point"]
+    return read_selected(selected_path(p, experiment, method))["point"]
 
 
 def sweep_frame(p: dict, experiment: str, methods: list[str]) -> pd.DataFrame:
     rows = []
     for method in methods:
-        sel = json.loads(selected_path(p, experiment, method).read_text())
+        sel = read_selected(selected_path(p, experiment, method))
         c = sel["criterion"]
         if "from" in c:
             rows.append({"experiment": experiment, "method": method, "point": sel["point"], **sel["hparams"],

@@ -108,6 +108,7 @@ def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
 
 def table_rows(p: dict, name: str) -> pd.DataFrame:
     from fedbayes.reports.selection import run_dir, selected_point
+    from fedbayes.runfiles import read_history, read_metrics, read_run_info
 
     spec = p["tables"][name]
     ddof = p.get("std_ddof", 1)
@@ -129,11 +130,10 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                 point = selected_point(p, exp, base)
                 dirs = [run_dir(p, exp, base, point, s) for s in seeds(p, exp, base)]
                 if spec["statistic"] in HISTORY_STATISTICS:
-                    hists = [pd.read_csv(d / "history.csv") for d in dirs]
-                    infos = [{**(json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else {}),
-                              "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
+                    infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
+                    hists = [read_history(d, info) for d, info in zip(dirs, infos)]
                 else:
-                    runs = [json.loads((d / "metrics.json").read_text()) for d in dirs]
+                    runs = [read_metrics(d) for d in dirs]
                     runs = [{**m, "rounds": m.get("variants", {}).get(variant, {}).get("rounds", {})} if variant else m
                             for m in runs]
                     infos = runs

@@ -1,0 +1,220 @@
+"""Damaged and deleted workflow files, on the real commands (``snakemake``, ``fedbayes table``,
+``fedbayes track``), in a temporary copy of the repository with the fault tests' synthetic experiments:
+
+- a damaged run.json, history.csv, metrics.json or selected.json is named with its remedy (exit 2, no
+  traceback) by every command that reads it, and Snakemake rebuilds it (retrains the run, re-evaluates,
+  reselects) instead of trusting it; the rebuilt table equals the one before;
+- a deleted run file or MLflow store behind an existing table makes the table's plan include what
+  rebuilds it (never "Nothing to be done"), and the README's store rebuild recipe works as written.
+
+The readers' checks themselves are unit-tested at the end (``fedbayes.runfiles``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from dagutil import copy_repo, sh
+from test_faults import synthetic_params
+
+from fedbayes.runfiles import DamagedFile, read_history_rows, read_metrics, read_run_info, read_selected
+
+TABLE = "reports/faults.csv"
+RUN = "results/runs/synth-k4/fedavg/local_epochs=1/seed0"
+SELECTED = "results/runs/synth-k4/fedavg/selected.json"
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory, repo):
+    d = copy_repo(repo, tmp_path_factory.mktemp("damaged"), synthetic_params, scale="paper")
+    sh(f"snakemake --cores 2 {TABLE}", d)
+    return d
+
+
+def planned(d: Path) -> dict[str, int]:
+    """The jobs ``snakemake -n`` plans for the table: rule -> count."""
+    out = sh(f"snakemake -n --cores 1 {TABLE}", d)
+    if "Nothing to be done" in out:
+        return {}
+    jobs = {}
+    for line in out[out.index("Job stats:"):].splitlines()[3:]:
+        words = line.split()
+        if len(words) != 2 or not words[1].isdigit():
+            break
+        jobs[words[0]] = int(words[1])
+    jobs.pop("total", None)
+    return jobs
+
+
+def truncate(f: Path) -> None:
+    f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
+
+
+DAMAGE = {
+    "run.json truncated": (f"{RUN}/run.json", truncate, "train"),
+    "run.json without config": (f"{RUN}/run.json", lambda f: f.write_text('{"config_hash": "x"}'), "train"),
+    "history.csv truncated": (f"{RUN}/history.csv", truncate, "train"),
+    "history.csv missing rounds": (f"{RUN}/history.csv",
+                                   lambda f: f.write_text("".join(f.read_text().splitlines(True)[:3])), "train"),
+    "history.csv binary": (f"{RUN}/history.csv", lambda f: f.write_bytes(b"\x00\xff\xfe" * 50), "train"),
+    "metrics.json garbage": (f"{RUN}/metrics.json", lambda f: f.write_text("{'not json"), "evaluate"),
+    "metrics.json of another run": (f"{RUN}/metrics.json",
+                                    lambda f: f.write_text(f.read_text().replace('"config_hash": "', '"config_hash": "0')),
+                                    "evaluate"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_damaged_run_file_is_named_and_planned_for_rebuild(synth, case):
+    """Each damage on its own: every command that reads the file names it, with the remedy, and exits 2
+    without a traceback; Snakemake plans what rebuilds it (the file is then put back)."""
+    rel, damage, rule = DAMAGE[case]
+    f = synth / rel
+    good, mtime = f.read_bytes(), f.stat().st_mtime_ns
+    damage(f)
+    try:
+        for cmd in (f"fedbayes table faults --out {synth}/work/t.csv",
+                    f"fedbayes track --experiment synth-k4 --method fedavg --point local_epochs=1 --seed 0 "
+                    f"--run-dir '{RUN}'"):
+            out = sh(cmd + "; echo rc=$?", synth)
+            assert "rc=2" in out and f"{rel} is damaged" in out and "Traceback" not in out, out[-2000:]
+        assert rule in planned(synth)
+    finally:
+        f.write_bytes(good)
+        os.utime(f, ns=(mtime, mtime))  # as it was
+    assert planned(synth) == {}
+
+
+def test_damaged_files_are_rebuilt_and_the_table_comes_back(synth):
+    """Several files damaged at once (a run's run.json, another's history, a third's metrics, a selection):
+    one `snakemake` rebuilds each (retrain, re-evaluate, reselect) and the table equals the one before."""
+    table_before = (synth / TABLE).read_text()
+    other = RUN.replace("seed0", "seed1")
+    prox = "results/runs/synth-k4/fedprox/alpha=0.01/seed1"
+    truncate(synth / RUN / "run.json")
+    truncate(synth / other / "history.csv")
+    (synth / prox / "metrics.json").write_text("{")
+    (synth / SELECTED).write_text('{"point": 3}')
+    out = sh(f"snakemake --cores 1 {TABLE}", synth)
+    # the selection's own runs are being rebuilt too, so it cannot be rebuilt at once: its job reruns
+    assert f"{SELECTED} is damaged" in out and "moved aside" in out
+    assert (synth / f"{SELECTED}.damaged").read_text() == '{"point": 3}'
+    read_selected(synth / SELECTED)
+    for d in (RUN, other, prox):
+        read_metrics(synth / d)
+        read_history_rows(synth / d)
+    assert planned(synth) == {}
+    assert (synth / TABLE).read_text() == table_before
+
+
+@pytest.mark.parametrize("name", ["history.csv", "metrics.json", "run.json"])
+def test_deleted_run_file_behind_a_table_is_planned(synth, name):
+    f = synth / RUN / name
+    good, mtime = f.read_bytes(), f.stat().st_mtime_ns
+    f.unlink()
+    try:
+        assert {"history.csv": "train", "run.json": "train", "metrics.json": "evaluate"}[name] in planned(synth)
+    finally:
+        f.write_bytes(good)
+        os.utime(f, ns=(mtime, mtime))
+    assert planned(synth) == {}
+
+
+def store_runs(d: Path) -> int:
+    with sqlite3.connect(d / "mlflow.db") as con:
+        return con.execute("SELECT count(*) FROM runs WHERE status = 'FINISHED' AND lifecycle_stage = 'active'").fetchone()[0]
+
+
+def test_deleted_mlflow_store_is_reimported(synth):
+    n = store_runs(synth)
+    assert n > 0
+    # the store alone deleted: the imports behind the table are redone
+    (synth / "mlflow.db").unlink()
+    assert planned(synth).get("mlflow_log") == 2
+    sh(f"snakemake --cores 1 {TABLE}", synth)
+    assert store_runs(synth) == n and planned(synth) == {}
+    # the README's rebuild recipe, as written
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    recipe = "rm -r mlflow.db mlartifacts work/mlflow"
+    assert recipe in readme
+    shutil.rmtree(synth / "mlartifacts", ignore_errors=True)
+    sh("rm -rf mlflow.db mlartifacts work/mlflow", synth)
+    assert planned(synth).get("mlflow_log") == 2
+    sh(f"snakemake --cores 1 {TABLE}", synth)
+    assert store_runs(synth) == n and planned(synth) == {}
+
+
+# --- the readers (fedbayes.runfiles), without a workflow -------------------------------------------
+
+def write_run(d: Path, rounds: int = 3, **info) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = {"experiment": "e", "method": "fedavg", "seed": 0, "rounds": rounds}
+    (d / "run.json").write_text(json.dumps({"config": cfg, "config_hash": "abc", **info}))
+    (d / "history.csv").write_text("round,test/acc\n" + "".join(f"{r},0.{r}\n" for r in range(rounds + 1)))
+    (d / "metrics.json").write_text(json.dumps({"experiment": "e", "method": "fedavg", "seed": 0, "config_hash": "abc",
+                                                "final_round": rounds, "rounds": {}, "final": {}}))
+    return d
+
+
+def test_readers_accept_a_whole_run(tmp_path):
+    d = write_run(tmp_path / "run")
+    assert read_run_info(d)["config"]["rounds"] == 3
+    assert [r["round"] for r in read_history_rows(d)] == ["0", "1", "2", "3"]
+    assert read_metrics(d)["final_round"] == 3
+
+
+def test_a_diverged_run_may_stop_early(tmp_path):
+    d = write_run(tmp_path / "run", rounds=10, diverged={"round": 4, "reason": "nan"})
+    (d / "history.csv").write_text("round,test/acc\n0,0.1\n1,0.2\n2,0.3\n")
+    assert len(read_history_rows(d)) == 3
+    (d / "history.csv").write_text("round,test/acc\n" + "".join(f"{r},0.1\n" for r in range(7)))
+    with pytest.raises(DamagedFile, match="after the run diverged at round 4"):
+        read_history_rows(d)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "no header"),
+    ("round,test/acc\n0,0.1\n1,0.2\n", "ends at round 1; run.json says the run trained 3 rounds"),
+    ("round,test/acc\n0,0.1\n2,0.2\n", "line 3 is round '2', expected 1"),
+    ("round,test/acc\n0,0.1\n1,0.2,7\n", "line 3 has another number of fields"),
+    ("round,test/acc\n0,0.1\n1\n", "line 3 has another number of fields"),
+    ("acc\n0.1\n", "no header with a 'round' column"),
+])
+def test_damaged_history_is_named(tmp_path, text, why):
+    d = write_run(tmp_path / "run")
+    (d / "history.csv").write_text(text)
+    with pytest.raises(DamagedFile, match=why) as e:
+        read_history_rows(d)
+    assert str(d / "history.csv") in str(e.value) and "retrain" in str(e.value)
+
+
+@pytest.mark.parametrize("name, text, why", [
+    ("run.json", "{", "not valid JSON"),
+    ("run.json", "[]", "a JSON list, not an object"),
+    ("run.json", '{"config": {}, "config_hash": "abc"}', "lacks experiment, method, seed or rounds"),
+    ("metrics.json", '{"config_hash": "abc"}', "no 'final_round', 'rounds', 'final'"),
+    ("metrics.json", '{"config_hash": "xyz", "final_round": 3, "rounds": {}, "final": {}, "experiment": "e", '
+                     '"method": "fedavg", "seed": 0}', "computed from another run"),
+    ("metrics.json", '{"config_hash": "abc", "final_round": 3, "rounds": {}, "final": {}, "experiment": "e", '
+                     '"method": "fedavg", "seed": 1}', "computed from another run"),
+])
+def test_damaged_json_is_named(tmp_path, name, text, why):
+    d = write_run(tmp_path / "run")
+    (d / name).write_text(text)
+    with pytest.raises(DamagedFile, match=why) as e:
+        read_metrics(d) if name == "metrics.json" else read_run_info(d)
+    assert str(d / name) in str(e.value)
+    assert ("fedbayes evaluate" if name == "metrics.json" else "retrain") in str(e.value)
+
+
+def test_a_damaged_selection_alone_is_rebuilt_from_the_runs_metrics(synth):
+    f = synth / SELECTED
+    good = json.loads(f.read_text())
+    f.write_text("garbage")
+    out = sh(f"snakemake -n --cores 1 {TABLE}", synth)
+    assert f"{SELECTED} is damaged" in out and "rebuilt from the runs' metrics" in out
+    assert read_selected(f)["point"] == good["point"] and (synth / f"{SELECTED}.damaged").read_text() == "garbage"
