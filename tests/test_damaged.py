@@ -5,7 +5,8 @@
   traceback) by every command that reads it, and Snakemake rebuilds it (retrains the run, re-evaluates,
   reselects) instead of trusting it; the rebuilt table equals the one before;
 - a deleted run file or MLflow store behind an existing table makes the table's plan include what
-  rebuilds it (never "Nothing to be done"), and the README's store rebuild recipe works as written.
+  rebuilds it (never "Nothing to be done"), and the documented store rebuild recipe (docs/results.md)
+  works as written.
 
 The readers' checks themselves are unit-tested at the end (``fedbayes.runfiles``)."""
 
@@ -137,8 +138,8 @@ def test_deleted_mlflow_store_is_reimported(synth):
     assert planned(synth).get("mlflow_log") == 2
     sh(f"snakemake --cores 1 {TABLE}", synth)
     assert store_runs(synth) == n and planned(synth) == {}
-    # the README's rebuild recipe, as written
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    # the documented rebuild recipe, as written
+    readme = (Path(__file__).parents[1] / "docs" / "results.md").read_text()
     recipe = "rm -r mlflow.db mlartifacts work/mlflow"
     assert recipe in readme
     shutil.rmtree(synth / "mlartifacts", ignore_errors=True)

@@ -132,8 +132,8 @@ def test_smoke_dag_runs_an_outside_method_into_a_table_beside_fedavg(tmp_path, r
     work = copy_repo(repo, tmp_path / "repo", add_method)
     env = {"PYTHONPATH": with_plugin(tmp_path)["PYTHONPATH"]}
     marker = f"work/smoke/mlflow/fmnist10-iid-k10/{KEY}.runs"
-    sh(f"snakemake --cores 2 reports/example.csv {marker}", work, timeout=3000, **env)
-    df = pd.read_csv(work / "reports/example.csv")
+    sh(f"snakemake --cores 2 reports/smoke/example.csv {marker}", work, timeout=3000, **env)
+    df = pd.read_csv(work / "reports/smoke/example.csv")
     assert set(df.method) == {"fedavg", KEY} and (df.status == "ok").all() and (df.n_seeds == 2).all()
     acc = df[df.metric == "test/acc"].set_index("method").ours_mean
     assert ((acc > 10) & (acc <= 100)).all()
@@ -149,5 +149,5 @@ def test_smoke_dag_runs_an_outside_method_into_a_table_beside_fedavg(tmp_path, r
     p["experiments"]["fmnist10-iid-k10"]["methods"] = ["fedavg"]
     del p["methods"][KEY]
     (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-    plan = sh("snakemake -n reports/example.csv", work)
+    plan = sh("snakemake -n reports/smoke/example.csv", work)
     assert not re.search(r"^train\s", plan, re.M), plan
