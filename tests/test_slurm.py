@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import os
 import re
 import shutil
@@ -148,7 +149,13 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     con = sqlite3.connect(work / "mlflow.db")
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "
                        "where r.lifecycle_stage = 'active'").fetchall()
-    names = {f"{m}[{pt}]-seed{s}" if pt != "default" else f"{m}-seed{s}" for m, pt, s in expected_runs}
+    # … and one per prediction variant the run evaluated (bayesadmm@mean: a run of its own, as in MLflow's
+    # import since prediction variants became findable runs)
+    variants = lambda m, pt, s: sorted(json.loads(  # noqa: E731
+        (work / f"results/runs/smoke/{EXPERIMENT}/{m}/{pt}/seed{s}/metrics.json").read_text()).get("variants", {}))
+    labels = {(f"{m}@{v}" if v else m, pt, s) for m, pt, s in expected_runs for v in ["", *variants(m, pt, s)]}
+    assert any("@" in m for m, _, _ in labels)
+    names = {f"{m}[{pt}]-seed{s}" if pt != "default" else f"{m}-seed{s}" for m, pt, s in labels}
     assert sorted(runs) == sorted((f"smoke-{EXPERIMENT}", nm, "FINISHED") for nm in names)
 
     # complete metadata from the jobs: nothing left to do, nothing submitted
