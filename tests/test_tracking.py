@@ -223,3 +223,17 @@ def test_an_unreachable_tracking_server_fails_fast_naming_it(finished_run, repo,
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and uri in lines[0] and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "marker").exists()
+
+
+def test_experiment_description_leads_to_the_tables_figures_and_scorecard(repo):
+    """The MLflow experiment says where the results built from its runs are: its tables, their figures
+    and the scorecard (paths relative to the repository, under the scale's reports directory)."""
+    from fedbayes.config import load_params
+    from fedbayes.tracking import experiment_description
+
+    text = experiment_description(load_params(repo / "params.yaml"), "fmnist10-iid-k10")
+    for path in ("reports/table1.md", "reports/figures/table1_curves.png", "reports/figures/table1_reliability.png",
+                 "reports/bayesadmm/table1.md", "reports/README.md"):
+        assert path in text, path
+    smoke = experiment_description(load_params(repo / "params.yaml", scale="smoke"), "fmnist10-iid-k10")
+    assert "reports/smoke/figures/table1_curves.png" in smoke and "reports/smoke/README.md" in smoke

@@ -266,7 +266,7 @@ def _relative(path: Path) -> str:
 
 def experiment_description(p: dict, experiment: str) -> str:
     """mlflow.note.content of an experiment: what it is, which tables read it, how to read its runs."""
-    from fedbayes.config import experiment_config
+    from fedbayes.config import experiment_config, table_figures
 
     try:
         e = experiment_config(p, experiment)
@@ -283,9 +283,14 @@ def experiment_description(p: dict, experiment: str) -> str:
                      f"model {model}" + (f", OOD set {e['ood']}" if e.get("ood") else "") + ".")
         lines.append("")
         lines.append("Methods: " + ", ".join(e.get("methods") or []) + ".")
-    tables = [name for name, t in (p.get("tables") or {}).items() if experiment in (t.get("experiments") or [])]
+    tables = {name: t for name, t in (p.get("tables") or {}).items() if experiment in (t.get("experiments") or [])}
     if tables:
-        lines.append("Tables that read it: " + ", ".join(f"{t} (reports/{t}.md)" for t in tables) + ".")
+        reports = paths(p)["reports"]
+        lines.append("Tables that read it: " + ", ".join(f"{t} ({reports}/{t}.md)" for t in tables) + ".")
+        figures = [f"{reports}/figures/{f}" for name, t in tables.items() for f in table_figures(name, t)]
+        if figures:
+            lines.append("Their figures: " + ", ".join(figures) + ".")
+        lines.append(f"Which published cells reproduce, with the causes of the others: the scorecard, {reports}/README.md.")
     lines += ["",
               "One run per (method, sweep point, seed), imported from the run's files (history.csv, metrics.json, "
               "run.json) after training; each prediction variant is a run of its own (tag method = "
