@@ -105,6 +105,18 @@ def run_dir(experiment, method, point, seed):
     return f"{RUNS}/{experiment}/{method}/{point}/seed{seed}"
 
 
+def marker_input(path, why, reasons):
+    """The rules' way to force a rerun that Snakemake's own checks miss (a changed configuration, a
+    damaged or missing file, a lost MLflow import): with ``reasons``, write ``<why><reasons>`` to the
+    marker file ``path`` (a new mtime) and return it as an input; without, no input."""
+    if not reasons:
+        return []
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(why + ", ".join(reasons) + "\n")
+    return [str(path)]
+
+
 def selected_point(experiment, method):
     """Waits for the (experiment, method) sweep selection (a checkpoint) and returns its point."""
     from fedbayes.runfiles import read_selected

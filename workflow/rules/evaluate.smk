@@ -12,14 +12,8 @@ def damaged_metrics(wc):
     marker naming the problem (new mtime) becomes an input, as for a changed run (train.smk)."""
     from fedbayes.runfiles import metrics_problems
 
-    d = run_dir(wc.experiment, wc.method, wc.point, wc.seed)
-    problems = metrics_problems(d)
-    if not problems:
-        return []
-    marker = Path(WORK) / "damaged" / wc.experiment / wc.method / wc.point / f"seed{wc.seed}.metrics.txt"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("rebuilt because " + ", ".join(problems) + "\n")
-    return [str(marker)]
+    return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
+                        "rebuilt because ", metrics_problems(run_dir(wc.experiment, wc.method, wc.point, wc.seed)))
 
 
 rule evaluate:

@@ -41,12 +41,7 @@ def missing_marker(experiment, method, files):
 
     missing = [f for f in files if not Path(f).exists()]
     missing += marker_problems(f"{WORK}/mlflow/{experiment}/{method}.runs", tracking_uri(config))  # store lost
-    if not missing:
-        return []
-    marker = Path(WORK) / "missing" / experiment / f"{method}.txt"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("rebuilt because of: " + ", ".join(missing) + "\n")
-    return [str(marker)]
+    return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", missing)
 
 
 def selected_runs(experiment, method):

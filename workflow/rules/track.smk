@@ -18,13 +18,8 @@ def store_lost(wc):
     redone: a marker naming why becomes an input (fedbayes.tracking.marker_problems)."""
     from fedbayes.tracking import marker_problems, tracking_uri
 
-    problems = marker_problems(f"{WORK}/mlflow/{wc.experiment}/{wc.method}.runs", tracking_uri(config))
-    if not problems:
-        return []
-    marker = Path(WORK) / "damaged" / "mlflow" / wc.experiment / f"{wc.method}.txt"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("re-imported because " + ", ".join(problems) + "\n")
-    return [str(marker)]
+    return marker_input(f"{WORK}/damaged/mlflow/{wc.experiment}/{wc.method}.txt", "re-imported because ",
+                        marker_problems(f"{WORK}/mlflow/{wc.experiment}/{wc.method}.runs", tracking_uri(config)))
 
 
 rule mlflow_log:

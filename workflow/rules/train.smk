@@ -41,12 +41,8 @@ def changed_config(wc):
         ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)
         changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
                     for k in sorted(now) if ran.get(k) != now[k]]
-    if not changed:
-        return []
-    marker = Path(WORK) / "changed" / wc.experiment / wc.method / wc.point / f"seed{wc.seed}.txt"
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("changed since this run: " + ", ".join(changed) + "\n")
-    return [str(marker)]
+    return marker_input(f"{WORK}/changed/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.txt",
+                        "changed since this run: ", changed)
 
 
 rule train:
