@@ -353,3 +353,18 @@ def test_run_json_records_training_start_and_end_and_a_resumed_run_keeps_its_sta
     run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
     info = json.loads((tmp_path / "b" / "run.json").read_text())
     assert datetime.fromisoformat(info["started"]) < middle < datetime.fromisoformat(info["finished"])
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3, float("nan"), float("inf")])
+def test_clip_grad_is_clip_grad_norm_bit_for_bit(scale):
+    """The local loops' ``clip_grad_`` skips clip_grad_norm_'s multiplication by a coefficient of exactly
+    1: the same gradient bits whether the norm is within the bound or not (NaN and inf included)."""
+    from fedbayes.methods.base import clip_grad_
+
+    g = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * scale
+    g[3] = scale
+    ours, ref = torch.zeros(10_000, requires_grad=True), torch.zeros(10_000, requires_grad=True)
+    ours.grad, ref.grad = g.clone(), g.clone()
+    clip_grad_(ours, 10.0)
+    torch.nn.utils.clip_grad_norm_([ref], 10.0)
+    assert torch.equal(ours.grad.nan_to_num(7.0), ref.grad.nan_to_num(7.0))

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from fedbayes.engine import run_federated
 from fedbayes.methods import ClientData, build_method
 from fedbayes.methods.fedcurv import offline_fisher
-from fedbayes.methods.curvature import prior_loss
+from fedbayes.methods.curvature import prior_grad, prior_loss
 from fedbayes.methods.fola import product_aggregate
 from fedbayes.models import FlatModel, build_model
 
@@ -86,6 +86,19 @@ def test_prior_loss_gradient_is_the_closed_form_and_released_has_none():
         prior_loss(w, mu, omega, lam, "detached")
 
 
+@pytest.mark.parametrize("lam", [1.0, 3.0, 10.0, 100.0, 1e4, 0.37])
+def test_closed_form_prior_gradient_is_autograds_bit_for_bit(lam):
+    """FOLA's local step adds ``prior_grad`` (no graph) where it added autograd's gradient of
+    ``prior_loss``: the same bits, so committed runs replay unchanged (tests/test_replay.py)."""
+    theta, mu = randn(50_000, seed=3), randn(50_000, seed=4)
+    omega = torch.rand(50_000, generator=torch.Generator().manual_seed(5)) * 1e3
+    w = theta.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(prior_loss(w, mu, omega, lam, "paper"), w)
+    assert torch.equal(prior_grad(w, mu, omega, lam, "paper"), g)
+    assert prior_grad(w, mu, omega, lam, "released") is None
+    assert torch.equal(w.detach(), theta)          # the closed form writes no input
+
+
 def test_released_prior_trains_as_lambda_zero_and_fedavg():
     """Client level, round 2 (non-zero prior): ``released`` with λ = 3 gives exactly λ = 0's weights,
     which are FedAvg's local SGD (same minibatches); the paper's prior moves them towards μ_S."""
@@ -154,7 +167,7 @@ def test_precision_bookkeeping_is_r_times_the_running_average():
     m = build_method("fola", fm, FOLA_HP, sizes)
     fishers = {}
 
-    def scripted(fm_, hp, w_start, data, rng, penalty=None, fisher_norm="code"):
+    def scripted(fm_, hp, w_start, data, rng, penalty_grad=None, fisher_norm="code"):
         f = torch.rand(fm.n_params, generator=torch.Generator().manual_seed(len(fishers)))
         fishers[len(fishers)] = f
         return w_start + f, f, 0.0

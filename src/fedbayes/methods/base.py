@@ -191,7 +191,7 @@ class Method:
                     with torch.no_grad():
                         w.grad.add_(extra_grad(w.detach()))
                 if clip:
-                    torch.nn.utils.clip_grad_norm_([w], clip)
+                    clip_grad_(w, clip)
                 opt.step()
                 steps += 1
         if persistent:
@@ -269,6 +269,15 @@ def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:
         n = torch.linalg.vector_norm(d)
         return d * (0.5 / n) if n > 0 else torch.zeros_like(d)
     raise ValueError(f"prox_norm must be squared or unsquared, got {mode!r}")
+
+
+def clip_grad_(w: torch.Tensor, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_([w], max_norm)``, the same bits, without its multiplication
+    of the whole gradient by a clamped coefficient of exactly 1 when the norm is within ``max_norm``
+    (an identity, but a pass over the parameter vector every step)."""
+    total = torch.nn.utils.get_total_norm([w.grad], 2.0)
+    if not bool(max_norm / (total + 1e-6) >= 1.0):       # its coefficient before the clamp (NaN: scaled too)
+        torch.nn.utils.clip_grads_with_norm_([w], max_norm, total)
 
 
 CLIENT_OPTIMIZER = ("fresh", "persistent")

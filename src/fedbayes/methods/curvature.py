@@ -104,6 +104,19 @@ def prior_loss(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: 
     return 0.5 * lam * (precision * (w - mu).square()).sum()
 
 
+def prior_grad(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: float,
+               mode: str = "paper") -> torch.Tensor | None:
+    """The gradient of ``prior_loss`` in closed form, λ · precision ∘ (w − μ), as autograd computes it
+    (((λ/2) · precision) · (2 (w − μ)): the same operations in the same order, so the same bits,
+    tests/test_fola.py), without building a graph over the parameter vector (two thirds of a FOLA
+    step's time with autograd). ``released``: None (the detached penalty has no gradient)."""
+    if mode not in PRIOR_LOSSES:
+        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
+    if mode == "released":
+        return None
+    return (precision * (0.5 * lam)).mul_((w.detach() - mu).mul_(2.0))
+
+
 def per_example_grads(fm, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(|b|, P) gradients ∇_w CE(w; x_i, y_i) and the (|b|,) losses, one row per example (torch.func)."""
 

@@ -105,13 +105,19 @@ class FedAvgM(Method):
         return server, [{} for _ in range(self.n_clients)]
 
     # ---------------------------------------------------------------- FedAvg-M regime
-    def sgd_epochs(self, start, data, rng, epochs, extra=None, average=False):
-        """``epochs`` passes of minibatch SGD with momentum (fresh buffer) from ``start``; returns the
-        iterate after each epoch, or (``average``) the mean iterate of each epoch, and the mean loss."""
+    def sgd_epochs(self, start, data, rng, epochs, extra_grad=None, average=False):
+        """``epochs`` passes of minibatch SGD with momentum (fresh buffer) from ``start`` on mean CE +
+        ½ λ_wd ‖θ‖² + a term whose gradient is ``extra_grad(θ)``; returns the iterate after each epoch,
+        or (``average``) the mean iterate of each epoch, and the mean loss.
+
+        The penalty gradients are added in closed form after the CE backward pass, in the order
+        autograd summed them when the penalties were part of the loss ((extra + weight decay) + CE),
+        so the iterates are the same bit for bit (tests/test_fedep.py) without a graph over θ."""
         hp = self.hp
         w = start.detach().clone().requires_grad_(True)
         opt = FlatSGD(w, lr=float(hp["lr"]), momentum=float(hp.get("momentum", 0.9)))
         wd, n, bs = float(hp.get("weight_decay", 0.0)), len(data), int(hp["batch_size"])
+        half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
         out, total, steps = [], 0.0, 0
         for _ in range(epochs):
             perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
@@ -120,12 +126,15 @@ class FedAvgM(Method):
                 idx = perm[i:i + bs]
                 loss = F.cross_entropy(self.fm(w, data.x[idx]), data.y[idx])
                 total, steps = total + loss.item(), steps + 1
-                if wd:
-                    loss = loss + 0.5 * wd * w.square().sum()
-                if extra is not None:
-                    loss = loss + extra(w)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                with torch.no_grad():
+                    g = None if extra_grad is None else extra_grad(w.detach())
+                    if wd:                                  # ∇ ½ λ_wd ‖θ‖² = (½ λ_wd)(2θ), autograd's form
+                        g_wd = (w.detach() * 2.0).mul_(half_wd)
+                        g = g_wd if g is None else g.add_(g_wd)
+                    if g is not None:
+                        w.grad.add_(g)
                 opt.step()
                 if average:
                     acc, cnt = acc + w.detach(), cnt + 1
@@ -250,10 +259,14 @@ class FedEP(FedAvgM):
         cav_eta, cav_lam = self.cavity(down, site, n_k)
         mu_g = down["eta"] / down["lam"]
 
-        def tilt(w):  # (½ θᵀΛ_−k θ − η_−kᵀθ) / n_k
-            return (0.5 * (cav_lam * w.square()).sum() - cav_eta @ w) / n_k
+        # ∇ (½ θᵀΛ_−k θ − η_−kᵀθ) / n_k = ((½/n_k) Λ_−k)(2θ) + (−1/n_k) η_−k, in autograd's operations
+        inv_n = torch.ones((), dtype=mu_g.dtype, device=mu_g.device) / n_k
+        lam_half, eta_neg = cav_lam * (inv_n * 0.5), cav_eta * -inv_n
 
-        samples, loss = self.sgd_epochs(mu_g, data, rng, int(self.hp["local_epochs"]), extra=tilt)
+        def tilt_grad(w):
+            return (w * 2.0).mul_(lam_half).add_(eta_neg)
+
+        samples, loss = self.sgd_epochs(mu_g, data, rng, int(self.hp["local_epochs"]), extra_grad=tilt_grad)
         mu_t = samples.mean(0)
         lam_t = self.tilted_precision(samples, mu_t, cav_lam, data, n_k, rng)
         d_eta, d_lam = lam_t * mu_t - down["eta"], lam_t - down["lam"]

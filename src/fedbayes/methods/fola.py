@@ -33,8 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedbayes.methods.base import ClientData, Method, make_optimizer
-from fedbayes.methods.curvature import PRIOR_LOSSES, per_example_grads, prior_loss
+from fedbayes.methods.base import ClientData, Method, clip_grad_, make_optimizer
+from fedbayes.methods.curvature import PRIOR_LOSSES, per_example_grads, prior_grad
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
@@ -50,17 +50,18 @@ def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: t
 
 
 def sgd_accumulating_fisher(fm, hp: dict, w_start: torch.Tensor, data: ClientData, rng: np.random.Generator,
-                            penalty: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                            penalty_grad: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
                             fisher_norm: str = "code") -> tuple[torch.Tensor, torch.Tensor, float]:
     """Algorithm 1's ClientUpdate loop: ``local_epochs`` passes of minibatches (a fresh permutation of
     the data from ``rng`` each epoch, as ``Method.local_train``), each step adding the squared CE
-    gradient at θ_t to the Fisher (before clipping and the step), then stepping on CE + ``penalty``.
+    gradient at θ_t to the Fisher (before clipping and the step), then stepping on CE + a penalty whose
+    gradient at θ_t is ``penalty_grad(θ_t)`` (None: no gradient).
 
     Returns (θ after the last step, F_n, mean CE over the steps)."""
     w = w_start.detach().clone().requires_grad_(True)
     opt = make_optimizer(hp.get("optimizer", "sgd"), [w], hp["lr"])
     n, bs, clip = len(data), int(hp["batch_size"]), hp.get("grad_clip")
-    fisher = torch.zeros_like(w_start)
+    fisher, sq = torch.zeros_like(w_start), torch.empty_like(w_start)
     total, steps = 0.0, 0
     for _ in range(int(hp["local_epochs"])):
         perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
@@ -74,15 +75,16 @@ def sgd_accumulating_fisher(fm, hp: dict, w_start: torch.Tensor, data: ClientDat
             else:
                 loss = F.cross_entropy(fm(w, x), y)
                 (g,) = torch.autograd.grad(loss, w)
-                fisher += (len(idx) / n) * g.square()
+                torch.mul(g, g, out=sq)                   # fisher += (|b|/N) g², in place
+                fisher += sq.mul_(len(idx) / n)
             total += loss.item()
-            if penalty is not None:
-                p = penalty(w)
-                if p.requires_grad:
-                    g = g + torch.autograd.grad(p, w)[0]
+            if penalty_grad is not None:
+                pg = penalty_grad(w)
+                if pg is not None:
+                    g = g.add_(pg)                        # g is autograd's fresh tensor: in place
             w.grad = g
             if clip:
-                torch.nn.utils.clip_grad_norm_([w], clip)
+                clip_grad_(w, clip)
             opt.step()
             steps += 1
     if fisher_norm == "paper":
@@ -133,7 +135,7 @@ class FOLA(Method):
         lam, mode = float(hp["lambda_prior"]), hp.get("prior_loss", "paper")
         precision = omega / rnd  # Eq. 24's ((r−1)/r) Σ_S*⁻¹ in cumulative units
         w, fisher, loss = sgd_accumulating_fisher(
-            self.fm, hp, mu, data, rng, penalty=lambda w: prior_loss(w, mu, precision, lam, mode),
+            self.fm, hp, mu, data, rng, penalty_grad=lambda w: prior_grad(w, mu, precision, lam, mode),
             fisher_norm=hp.get("fisher_norm", "code"))
         return {"w": w, "omega": omega + fisher}, state, loss
 

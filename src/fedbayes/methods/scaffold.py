@@ -4,8 +4,8 @@ Table II (spec 004 §4.5).
 server state: global weights w and control variate c;  client n keeps c_n.  c = c_n = 0 at the start.
 client n (receives w and c):
     y ← w;  K steps of minibatch SGD with the corrected gradient   y ← y − η_l (g(y) − c_n + c)
-            (written as the extra loss (c − c_n)ᵀy, whose gradient is the correction; a gradient clip
-             applies to the corrected gradient)
+            (the gradient of the extra loss (c − c_n)ᵀy, added to the minibatch gradient; a gradient
+             clip applies to the corrected gradient)
     c_n⁺ = c_n − c + (w − y) / (K η_l)                                       (option II)
     sends Δy = y − w and Δc = c_n⁺ − c_n                                     (2P up; w, c: 2P down)
 server (S = the sampled clients, π_n = N_n / Σ_{m∈S} N_m, K_total = number of clients):
@@ -47,7 +47,7 @@ class Scaffold(Method):
         w, c = down["w"], down["c"]
         c_k = state["c"]
         correction = c - c_k
-        res = self.local_train(w, data, rng, extra_loss=lambda y: correction @ y)
+        res = self.local_train(w, data, rng, extra_grad=lambda y: correction)  # ∇ (c − c_n)ᵀy
         c_new = c_k - c + (w - res.w) / (res.steps * float(self.hp["lr"]))
         return {"dy": res.w - w, "dc": c_new - c_k}, {"c": c_new}, res.mean_loss
 
