@@ -26,9 +26,9 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fedbayes.catalog import HPARAM_DEFAULTS
+from fedbayes.methods.local import make_optimizer, train_local
 from fedbayes.models import FlatModel
 
 Tensors = dict[str, torch.Tensor]
@@ -167,94 +167,15 @@ class Method:
                 raise TypeError(f"{type(self).__name__}: client_optimizer: persistent needs the client state "
                                 "passed to local_train")
             opt.load_state(state)
-        n, bs = len(data), int(hp["batch_size"])
-        clip = hp.get("grad_clip")
-        total, steps = 0.0, 0
-        n_steps = int(hp["local_epochs"]) * -(-n // bs)
-        lr_at = None
         if hp.get("lr_schedule", "constant") != "constant":
             from fedbayes.methods.ivon import lr_schedule
-            lr_at = lr_schedule(hp, 1, 1)
-        for _ in range(int(hp["local_epochs"])):
-            perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
-            for start in range(0, n, bs):
-                if lr_at is not None:
-                    opt.lr = lr_at(steps, n_steps)
-                idx = perm[start:start + bs]
-                loss = F.cross_entropy(self.fm(w, data.x[idx]), data.y[idx])
-                total += loss.item()
-                if extra_loss is not None:
-                    loss = loss + extra_loss(w)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if extra_grad is not None:
-                    with torch.no_grad():
-                        w.grad.add_(extra_grad(w.detach()))
-                if clip:
-                    clip_grad_(w, clip)
-                opt.step()
-                steps += 1
+            opt.schedule = lr_schedule(hp, 1, 1)
+        mean_loss, steps = train_local(self.fm, opt, data, rng, epochs=int(hp["local_epochs"]),
+                                       batch_size=int(hp["batch_size"]), extra_loss=extra_loss,
+                                       extra_grad=extra_grad, clip=hp.get("grad_clip"))
         if persistent:
             state.update(opt.state())
-        return LocalResult(w.detach(), total / max(steps, 1), steps)
-
-
-class FlatAdam:
-    """Adam on one flat parameter vector through PyTorch's fused Adam kernel (``torch._fused_adam_``, the
-    kernel of ``torch.optim.Adam(fused=True)``: the same iterates bit for bit, tests/test_engine.py).
-    ``torch.optim``'s first optimiser of a process imports TorchDynamo, 3–6 s of every training job's
-    start-up; a flat vector needs none of its machinery."""
-
-    def __init__(self, w: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
-        self.w, self.lr, self.betas, self.eps = w, lr, betas, eps
-        self.m, self.v = torch.zeros_like(w), torch.zeros_like(w)
-        self.t = torch.zeros((), dtype=torch.float32, device=w.device)  # torch.optim's fused step counter
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.w.grad = None
-
-    def state(self) -> Tensors:
-        """The state a persistent client keeps between rounds (client state keys ``opt/…``)."""
-        return {"opt/m": self.m, "opt/v": self.v, "opt/t": self.t}
-
-    def load_state(self, state: Tensors) -> None:
-        """Continue from ``state()`` of an earlier call; a client's first call starts from zeros."""
-        if "opt/m" in state:
-            self.m, self.v, self.t = state["opt/m"].clone(), state["opt/v"].clone(), state["opt/t"].clone()
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self.t += 1
-        torch._fused_adam_([self.w], [self.w.grad], [self.m], [self.v], [], [self.t], amsgrad=False,
-                           lr=float(self.lr), beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
-                           eps=self.eps, maximize=False, grad_scale=None, found_inf=None)
-
-
-class FlatSGD:
-    """SGD (optionally with heavy-ball momentum, no dampening) on one flat vector: the updates of
-    ``torch.optim.SGD``'s single-tensor path, bit for bit (tests/test_engine.py), without its start-up."""
-
-    def __init__(self, w: torch.Tensor, lr: float, momentum: float = 0.0):
-        self.w, self.lr, self.momentum, self.buf = w, lr, momentum, None
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.w.grad = None
-
-    def state(self) -> Tensors:
-        """The momentum buffer a persistent client keeps between rounds (none before the first step)."""
-        return {"opt/buf": self.buf} if self.buf is not None else {}
-
-    def load_state(self, state: Tensors) -> None:
-        if "opt/buf" in state:
-            self.buf = state["opt/buf"].clone()
-
-    @torch.no_grad()
-    def step(self) -> None:
-        d = self.w.grad
-        if self.momentum:
-            self.buf = d.clone() if self.buf is None else self.buf.mul_(self.momentum).add_(d)
-            d = self.buf
-        self.w.add_(d, alpha=-float(self.lr))
+        return LocalResult(w.detach(), mean_loss, steps)
 
 
 def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:
@@ -271,15 +192,6 @@ def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:
     raise ValueError(f"prox_norm must be squared or unsquared, got {mode!r}")
 
 
-def clip_grad_(w: torch.Tensor, max_norm: float) -> None:
-    """``torch.nn.utils.clip_grad_norm_([w], max_norm)``, the same bits, without its multiplication
-    of the whole gradient by a clamped coefficient of exactly 1 when the norm is within ``max_norm``
-    (an identity, but a pass over the parameter vector every step)."""
-    total = torch.nn.utils.get_total_norm([w.grad], 2.0)
-    if not bool(max_norm / (total + 1e-6) >= 1.0):       # its coefficient before the clamp (NaN: scaled too)
-        torch.nn.utils.clip_grads_with_norm_([w], max_norm, total)
-
-
 CLIENT_OPTIMIZER = ("fresh", "persistent")
 
 
@@ -289,16 +201,6 @@ def client_optimizer(hp: dict) -> str:
     if mode not in CLIENT_OPTIMIZER:
         raise ValueError(f"client_optimizer must be one of {CLIENT_OPTIMIZER}, got {mode!r}")
     return mode
-
-
-def make_optimizer(name: str, params, lr: float) -> FlatAdam | FlatSGD:
-    """The local optimiser on the flat parameter vector ``params[0]``: ``adam`` (fused kernel) or ``sgd``."""
-    (w,) = params
-    if name == "adam":
-        return FlatAdam(w, lr)
-    if name == "sgd":
-        return FlatSGD(w, lr)
-    raise ValueError(f"unknown local optimiser {name!r}; choose adam or sgd")
 
 
 def weighted_mean(vectors: dict[int, torch.Tensor], weights: np.ndarray) -> torch.Tensor:

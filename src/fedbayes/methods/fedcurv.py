@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.base import ClientData, Method, weighted_mean
+from fedbayes.methods.local import minibatches
 from fedbayes.methods.curvature import PRIOR_LOSSES, diag_ggn, per_example_grads, prior_loss
 
 
@@ -54,10 +55,8 @@ def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, 
             grads, _ = per_example_grads(fm, w, data.x[start:start + batch_size], data.y[start:start + batch_size])
             out += grads.square().sum(0)
         return out / n
-    perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
     w = w.clone().requires_grad_(True)
-    for start in range(0, n, batch_size):
-        idx = perm[start:start + batch_size]
+    for idx in minibatches(n, batch_size, rng, data.x.device):
         (g,) = torch.autograd.grad(F.cross_entropy(fm(w, data.x[idx]), data.y[idx]), w)
         out += (len(idx) / n) * g.square()
     return out

@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
 
-from fedbayes.methods.base import FlatSGD, Method
+from fedbayes.methods.base import Method
+from fedbayes.methods.local import FlatSGD, minibatches, train_local
 from fedbayes.methods.ivon import gaussian_samples_logits
 
 
@@ -116,30 +117,29 @@ class FedAvgM(Method):
         hp = self.hp
         w = start.detach().clone().requires_grad_(True)
         opt = FlatSGD(w, lr=float(hp["lr"]), momentum=float(hp.get("momentum", 0.9)))
-        wd, n, bs = float(hp.get("weight_decay", 0.0)), len(data), int(hp["batch_size"])
+        wd = float(hp.get("weight_decay", 0.0))
         half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
-        out, total, steps = [], 0.0, 0
-        for _ in range(epochs):
-            perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
-            acc, cnt = torch.zeros_like(start), 0
-            for i in range(0, n, bs):
-                idx = perm[i:i + bs]
-                loss = F.cross_entropy(self.fm(w, data.x[idx]), data.y[idx])
-                total, steps = total + loss.item(), steps + 1
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                with torch.no_grad():
-                    g = None if extra_grad is None else extra_grad(w.detach())
-                    if wd:                                  # ∇ ½ λ_wd ‖θ‖² = (½ λ_wd)(2θ), autograd's form
-                        g_wd = (w.detach() * 2.0).mul_(half_wd)
-                        g = g_wd if g is None else g.add_(g_wd)
-                    if g is not None:
-                        w.grad.add_(g)
-                opt.step()
-                if average:
-                    acc, cnt = acc + w.detach(), cnt + 1
-            out.append(acc / cnt if average else w.detach().clone())
-        return torch.stack(out), total / max(steps, 1)
+
+        def penalty_grad(w):
+            g = None if extra_grad is None else extra_grad(w)
+            if wd:                                              # ∇ ½ λ_wd ‖θ‖² = (½ λ_wd)(2θ), autograd's form
+                g_wd = (w * 2.0).mul_(half_wd)
+                g = g_wd if g is None else g.add_(g_wd)
+            return g
+
+        out, acc = [], [torch.zeros_like(start), 0]
+
+        def add_iterate(opt):
+            acc[0], acc[1] = acc[0] + opt.weights, acc[1] + 1
+
+        def end_epoch(opt):
+            out.append(acc[0] / acc[1] if average else opt.weights.clone())
+            acc[0], acc[1] = torch.zeros_like(start), 0
+
+        mean_loss, _ = train_local(self.fm, opt, data, rng, epochs=epochs, batch_size=int(hp["batch_size"]),
+                                   extra_grad=penalty_grad if (wd or extra_grad is not None) else None,
+                                   after_step=add_iterate if average else None, after_epoch=end_epoch)
+        return torch.stack(out), mean_loss
 
     def fedavg_client(self, down, data, rng):
         samples, loss = self.sgd_epochs(down["w"], data, rng, int(self.hp["local_epochs"]))
@@ -230,9 +230,8 @@ class FedEP(FedAvgM):
         if variant == "L":
             total, count = torch.zeros_like(mu_t), 0
             for _ in range(int(hp.get("laplace_epochs", 5))):
-                perm = torch.from_numpy(rng.permutation(n_k)).to(data.x.device)
-                for i in range(0, n_k, bs):
-                    xb = data.x[perm[i:i + bs]]
+                for idx in minibatches(n_k, bs, rng, data.x.device):
+                    xb = data.x[idx]
                     total += sampled_fisher(self.fm, mu_t, xb, gen) / len(xb)  # batch mean
                     count += 1
             fisher = clip_mean_std(n_k * total / count)
@@ -241,9 +240,8 @@ class FedEP(FedAvgM):
             beta, n_samples = float(hp.get("ngvi_beta", 0.99)), int(hp.get("ngvi_samples", 1))
             s = torch.full_like(mu_t, float(hp.get("init_scale", 0.0)))
             for _ in range(int(hp.get("ngvi_epochs", 5))):
-                perm = torch.from_numpy(rng.permutation(n_k)).to(data.x.device)
-                for i in range(0, n_k, bs):
-                    xb = data.x[perm[i:i + bs]]
+                for idx in minibatches(n_k, bs, rng, data.x.device):
+                    xb = data.x[idx]
                     std = (n_k * s + cav_lam + wd * n_k).clamp_min(1e-12).rsqrt()
                     fbar = sum(sampled_fisher(self.fm, mu_t + std * torch.randn(mu_t.shape, generator=gen), xb, gen)
                                for _ in range(n_samples)) / (n_samples * len(xb))

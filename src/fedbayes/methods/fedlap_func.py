@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedbayes.methods.base import make_optimizer
+from fedbayes.methods.local import make_optimizer
 from fedbayes.methods.fedlap import FedLap
 
 

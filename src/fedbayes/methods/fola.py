@@ -31,9 +31,9 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from fedbayes.methods.base import ClientData, Method, clip_grad_, make_optimizer
+from fedbayes.methods.base import ClientData, Method
+from fedbayes.methods.local import make_optimizer, train_local
 from fedbayes.methods.curvature import PRIOR_LOSSES, per_example_grads, prior_grad
 
 
@@ -60,36 +60,26 @@ def sgd_accumulating_fisher(fm, hp: dict, w_start: torch.Tensor, data: ClientDat
     Returns (θ after the last step, F_n, mean CE over the steps)."""
     w = w_start.detach().clone().requires_grad_(True)
     opt = make_optimizer(hp.get("optimizer", "sgd"), [w], hp["lr"])
-    n, bs, clip = len(data), int(hp["batch_size"]), hp.get("grad_clip")
+    n = len(data)
     fisher, sq = torch.zeros_like(w_start), torch.empty_like(w_start)
-    total, steps = 0.0, 0
-    for _ in range(int(hp["local_epochs"])):
-        perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
-        for start in range(0, n, bs):
-            idx = perm[start:start + bs]
-            x, y = data.x[idx], data.y[idx]
-            if fisher_norm == "paper":
-                grads, losses = per_example_grads(fm, w, x, y)
-                g, loss = grads.mean(0), losses.mean()
-                fisher += grads.square().mean(0)
-            else:
-                loss = F.cross_entropy(fm(w, x), y)
-                (g,) = torch.autograd.grad(loss, w)
-                torch.mul(g, g, out=sq)                   # fisher += (|b|/N) g², in place
-                fisher += sq.mul_(len(idx) / n)
-            total += loss.item()
-            if penalty_grad is not None:
-                pg = penalty_grad(w)
-                if pg is not None:
-                    g = g.add_(pg)                        # g is autograd's fresh tensor: in place
-            w.grad = g
-            if clip:
-                clip_grad_(w, clip)
-            opt.step()
-            steps += 1
-    if fisher_norm == "paper":
+
+    def squared_batch_gradient(g, size):          # fisher += (|b|/N) g², in place (fisher_norm code)
+        torch.mul(g, g, out=sq)
+        fisher.add_(sq.mul_(size / n))
+
+    def per_example(x, y):                        # Eq. 22's per-example squared gradients (fisher_norm paper)
+        grads, losses = per_example_grads(fm, w, x, y)
+        fisher.add_(grads.square().mean(0))
+        return losses.mean(), grads.mean(0)
+
+    paper = fisher_norm == "paper"
+    mean_loss, steps = train_local(fm, opt, data, rng, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
+                                   on_grad=None if paper else squared_batch_gradient,
+                                   gradient=per_example if paper else None,
+                                   extra_grad=penalty_grad, clip=hp.get("grad_clip"))
+    if paper:
         fisher /= max(steps, 1)  # Eq. 22: the average over the T local steps
-    return w.detach(), fisher, total / max(steps, 1)
+    return w.detach(), fisher, mean_loss
 
 
 class FOLA(Method):

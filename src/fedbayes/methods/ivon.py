@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedbayes.methods.local import train_local
+
 
 @dataclass
 class IVONState:
@@ -111,58 +113,83 @@ def _ivon_step_(m: torch.Tensor, h: torch.Tensor, g: torch.Tensor, t: int, grad:
     return t
 
 
+class IVON:
+    """IVON as a local optimiser of ``train_local`` (``methods/local.py``): its ``gradient`` is the
+    MC average over posterior samples θ_s = m + ε_s/sqrt(λ(h + δ)) (noise from torch's global generator,
+    which the engine seeds per round and client), and its ``step`` is ``_ivon_step_`` on copies of the
+    state (the caller's tensors are never written). ``lr(i, n)``: the rate of local step i of n."""
+
+    def __init__(self, st: IVONState, *, lr: Callable[[int, int], float], ess: float, delta, prior_mean=0.0,
+                 v=None, u=None, beta1: float = 0.9, beta2: float = 0.99999, mc_samples: int = 1,
+                 clip_radius: float = math.inf, debias: bool = True):
+        self.m, self.h, self.g, self.t = st.m.clone(), st.h.clone(), st.g.clone(), st.t
+        self.lr, self.ess, self.delta, self.prior_mean, self.v, self.u = lr, ess, delta, prior_mean, v, u
+        self.beta1, self.beta2, self.mc_samples = beta1, beta2, int(mc_samples)
+        self.clip_radius, self.debias = clip_radius, debias
+        self.hd = self.h + delta                       # h + δ, kept current by the step
+        m = self.m
+        self.a, self.b, self.std = torch.empty_like(m), torch.empty_like(m), torch.empty_like(m)
+        self.noise, self.theta = torch.empty_like(m), torch.empty_like(m)
+        self.nxg = None
+
+    @property
+    def state(self) -> IVONState:
+        return IVONState(self.m, self.h, self.g, self.t)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return self.m
+
+    def gradient(self, objective):
+        m, S = self.m, self.mc_samples
+        with torch.no_grad():
+            torch.mul(self.hd, self.ess, out=self.std)
+            self.std.rsqrt_()                                             # (λ(h + δ))^-1/2
+        grad = nxg = None
+        losses = []
+        for s in range(S):
+            if S == 1:  # into the buffers: ε∘std, θ = m + ε∘std, and ε∘std∘ĝ in ε's place
+                noise = self.noise
+                with torch.no_grad():
+                    torch.randn(m.shape, dtype=m.dtype, device=m.device, out=noise)
+                    noise.mul_(self.std)
+                    torch.add(m, noise, out=self.theta)
+                theta = self.theta.detach().requires_grad_(True)
+            else:
+                noise = torch.randn(m.shape, dtype=m.dtype, device=m.device) * self.std
+                theta = (m + noise).requires_grad_(True)
+            reported, loss = objective(theta)
+            (gs,) = torch.autograd.grad(loss, theta)
+            losses.append(reported.item() / S)
+            if S == 1:
+                grad, nxg = gs, noise.mul_(gs)
+            else:
+                grad = gs if grad is None else grad + (gs - grad) / (s + 1)       # running means
+                nxg = noise * gs if nxg is None else nxg + (noise * gs - nxg) / (s + 1)
+        self.nxg = nxg
+        return tuple(losses), grad
+
+    def step(self, grad: torch.Tensor, i: int, n: int) -> None:
+        with torch.no_grad():
+            self.t = _ivon_step_(self.m, self.h, self.g, self.t, grad, self.nxg, self.hd, self.a, self.b,
+                                 lr=self.lr(i, n), ess=self.ess, delta=self.delta, beta1=self.beta1,
+                                 beta2=self.beta2, prior_mean=self.prior_mean, v=self.v, u=self.u,
+                                 clip_radius=self.clip_radius, debias=self.debias)
+
+
 def ivon_train(fm, st: IVONState, data, rng: np.random.Generator, *, epochs: int, batch_size: int,
                lr: Callable[[int, int], float], ess: float, delta, prior_mean=0.0, v=None, u=None,
                beta1: float = 0.9, beta2: float = 0.99999, mc_samples: int = 1,
                clip_radius: float = math.inf, debias: bool = True,
                loss_fn=F.cross_entropy) -> tuple[IVONState, float, int]:
-    """``epochs`` passes of IVON over ``data`` (a fresh permutation from ``rng`` each epoch; the last
-    batch may be smaller); ``loss_fn(outputs, y)`` is the minibatch-mean loss ℓ̄. ``lr(i, n)`` is the learning rate of local step i (0-based) of n.
-    Noise comes from torch's global generator (the engine seeds it per round and client).
+    """``epochs`` passes of IVON over ``data`` through the shared local loop (``train_local``: a fresh
+    permutation from ``rng`` each epoch; the last batch may be smaller); ``loss_fn(outputs, y)`` is the
+    minibatch-mean loss ℓ̄. ``lr(i, n)`` is the learning rate of local step i (0-based) of n.
     Returns the new state, the mean minibatch loss at the samples, and the number of steps."""
-    n, bs = len(data), int(batch_size)
-    per_epoch = math.ceil(n / bs)
-    total_steps = epochs * per_epoch
-    total, i = 0.0, 0
-    # the state is updated in place (``_ivon_step_``) on copies, so the caller's tensors are never written
-    m, h, g, t = st.m.clone(), st.h.clone(), st.g.clone(), st.t
-    hd = h + delta                       # h + δ, kept current by the step
-    a, b, std = torch.empty_like(m), torch.empty_like(m), torch.empty_like(m)
-    noise, theta_buf = torch.empty_like(m), torch.empty_like(m)
-    for _ in range(epochs):
-        perm = torch.from_numpy(rng.permutation(n)).to(data.x.device)
-        for start in range(0, n, bs):
-            idx = perm[start:start + bs]
-            x, y = data.x[idx], data.y[idx]
-            with torch.no_grad():
-                torch.mul(hd, ess, out=std)
-                std.rsqrt_()                                              # (λ(h + δ))^-1/2
-            grad = nxg = None
-            for s in range(mc_samples):
-                if mc_samples == 1:  # into the buffers: ε∘std, θ = m + ε∘std, and ε∘std∘ĝ in ε's place
-                    with torch.no_grad():
-                        torch.randn(m.shape, dtype=m.dtype, device=m.device, out=noise)
-                        noise.mul_(std)
-                        torch.add(m, noise, out=theta_buf)
-                    theta = theta_buf.detach().requires_grad_(True)
-                else:
-                    noise = torch.randn(m.shape, dtype=m.dtype, device=m.device) * std
-                    theta = (m + noise).requires_grad_(True)
-                loss = loss_fn(fm(theta, x), y)
-                (gs,) = torch.autograd.grad(loss, theta)
-                total += loss.item() / mc_samples
-                if mc_samples == 1:
-                    grad, nxg = gs, noise.mul_(gs)
-                else:
-                    grad = gs if grad is None else grad + (gs - grad) / (s + 1)       # running means
-                    nxg = noise * gs if nxg is None else nxg + (noise * gs - nxg) / (s + 1)
-            with torch.no_grad():
-                t = _ivon_step_(m, h, g, t, grad, nxg, hd, a, b, lr=lr(i, total_steps), ess=ess, delta=delta,
-                                beta1=beta1, beta2=beta2, prior_mean=prior_mean, v=v, u=u,
-                                clip_radius=clip_radius, debias=debias)
-            i += 1
-    st = IVONState(m, h, g, t)
-    return st, total / max(i, 1), i
+    opt = IVON(st, lr=lr, ess=ess, delta=delta, prior_mean=prior_mean, v=v, u=u, beta1=beta1, beta2=beta2,
+               mc_samples=mc_samples, clip_radius=clip_radius, debias=debias)
+    mean_loss, steps = train_local(fm, opt, data, rng, epochs=epochs, batch_size=batch_size, loss_fn=loss_fn)
+    return opt.state, mean_loss, steps
 
 
 def lr_schedule(hp: dict, rnd: int, rounds: int) -> Callable[[int, int], float]:
