@@ -138,8 +138,8 @@ def instrument(meter: Meter, macs_per_row: int, n_classes: int):
 
     build_method = loop.build_method
 
-    def counting_build_method(name, fm, hp, sizes):
-        m = build_method(name, fm, hp, sizes)
+    def counting_build_method(name, fm, hp, sizes, context=None):
+        m = build_method(name, fm, hp, sizes, context)
         hp = m.hp
         broadcast, client_update, server_update, predict = m.broadcast, m.client_update, m.server_update, m.predict_logits
 

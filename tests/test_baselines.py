@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from fedbayes.engine import run_federated
 from fedbayes.engine.loop import hold_out
 from fedbayes.methods import ClientData, build_method
+from fedbayes.methods.base import RunContext
 from fedbayes.models import FlatModel, build_model
 
 SGD = {"optimizer": "sgd", "lr": 0.1, "local_epochs": 3}
@@ -134,7 +135,7 @@ def test_fedbe_ensemble_pseudo_labels_and_distillation():
     x = torch.randn(7, 5, generator=g)
     brute = torch.stack([F.softmax(fm(w, x), -1) for w in teachers[:6]]).mean(0)
     torch.testing.assert_close(m.pseudo_labels(teachers[:6], x, batch=3), brute)
-    m.server_x = x
+    m.context = RunContext(server_x=x)
     # no distillation epochs: the server keeps the ensemble mean (FedAvg's aggregate)
     out = m.server_update({"w": w0}, {k: {"w": w} for k, w in ws.items()}, 1)
     torch.testing.assert_close(out["w"], mean)

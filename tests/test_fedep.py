@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
 from fedbayes.methods import ClientData, build_method
+from fedbayes.methods.base import RunContext
 from fedbayes.methods.fedep import clip_mean_std, sampled_fisher, shrinkage_solve
 from fedbayes.models import FlatModel, build_model
 
@@ -33,9 +34,8 @@ HP = {"lr": 0.05, "batch_size": 8, "local_epochs": 3, "momentum": 0.9, "weight_d
 
 
 def method(name, fm, data, **hp):
-    m = build_method(name, fm, {**HP, **hp}, np.array([len(d) for d in data]))
-    m.rounds, m.clients_per_round = 10, len(data)
-    return m
+    return build_method(name, fm, {**HP, **hp}, np.array([len(d) for d in data]),
+                        RunContext(rounds=10, clients_per_round=len(data)))
 
 
 def test_shrinkage_solve_equals_the_dense_inverse():

@@ -7,6 +7,7 @@ import torch
 from fedbayes.engine import seeds
 from fedbayes.engine.loop import evaluated_variants, predict
 from fedbayes.methods import ClientData, build_method, split_variant
+from fedbayes.methods.base import RunContext
 from fedbayes.models import FlatModel
 
 
@@ -84,9 +85,9 @@ def test_bayesadmm_reaches_the_exact_posterior_of_federated_linear_regression(rh
     delta, tau = 2.0, 0.5
     hp = {"rho": rho, "dual_damping": c, "delta": delta, "tau": tau, "h0": 1.0, "ivon_reset": reset,
           "lr": 0.05, "local_epochs": 300, "batch_size": 100, "beta2": 0.99, "mc_samples": 16}
-    method = build_method("bayesadmm", Linear(), hp, np.array([len(d) for d in clients]))
+    # ρ = 1/K, γ = ρ: exact after one round (Prop. 3.2); else s̄'s error shrinks by 1 − α a round
+    method = build_method("bayesadmm", Linear(), hp, np.array([len(d) for d in clients]), RunContext(rounds=rounds))
     method.loss_fn = gaussian_loss
-    method.rounds = rounds   # ρ = 1/K, γ = ρ: exact after one round (Prop. 3.2); else s̄'s error shrinks by 1 − α a round
     server = run_rounds(method, clients, rounds)
     mean, prec = exact_posterior(clients, delta, tau)
     torch.testing.assert_close(server["w"], mean, rtol=0.02, atol=0.02)
@@ -101,9 +102,8 @@ def test_fedivon_reaches_the_exact_posterior_when_ess_is_the_data_size():
     delta = 0.02
     hp = {"ess": float(N), "delta": delta, "h0": 1.0, "lr": 0.05, "lr_final": 0.05, "lr_schedule": "linear_local",
           "local_epochs": 400, "batch_size": 100, "beta2": 0.99, "mc_samples": 16}
-    method = build_method("fedivon", Linear(), hp, np.array([len(c) for c in clients]))
+    method = build_method("fedivon", Linear(), hp, np.array([len(c) for c in clients]), RunContext(rounds=2))
     method.loss_fn = gaussian_loss
-    method.rounds = 2
     server = run_rounds(method, clients, 2)
     mean, prec = exact_posterior(clients, N * delta)
     torch.testing.assert_close(server["w"], mean, rtol=0.02, atol=0.02)

@@ -32,6 +32,7 @@ from fedbayes.engine import seeds
 from fedbayes.fileio import atomic_target
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import ClientData, Method, build_method
+from fedbayes.methods.base import RunContext
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, resume_key
 
@@ -204,12 +205,9 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     module = build_model(cfg["model"]["name"], tuple(data.x_train.shape[1:]), data.n_classes,
                          **{k: v for k, v in cfg["model"].items() if k != "name"})
     fm = FlatModel(module.to(device))
-    method = build_method(cfg["method"], fm, hp, sizes)
-    method.rounds = rounds
-    method.clients_per_round = max(1, round(cfg.get("participation", 1.0) * len(sizes)))
-    method.seed = seed
-    if len(server_idx):
-        method.server_x = data.x_train[torch.from_numpy(server_idx).to(device)]
+    context = RunContext(rounds=rounds, clients_per_round=max(1, round(cfg.get("participation", 1.0) * len(sizes))),
+                         seed=seed, server_x=data.x_train[torch.from_numpy(server_idx).to(device)] if len(server_idx) else None)
+    method = build_method(cfg["method"], fm, hp, sizes, context)
     if hp.get("client_rows", HPARAM_DEFAULTS["client_rows"]) == "by_label":
         # each client's rows grouped by class (stable): with `client_stream: replay` every client then sees
         # the same label mix at every step, as in the BayesADMM authors' code, whose iid split concatenates

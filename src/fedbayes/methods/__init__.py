@@ -16,12 +16,15 @@ if TYPE_CHECKING:
     from fedbayes.methods.base import ClientData, Method
 
 
-def build_method(name: str, fm, hp: dict, client_sizes) -> Method:
-    """The method ``name`` (a params.yaml key) on flat model ``fm``, with its spec's prediction variants."""
+def build_method(name: str, fm, hp: dict, client_sizes, context=None) -> Method:
+    """The method ``name`` (a params.yaml key) on flat model ``fm`` for a run described by ``context``
+    (a ``RunContext``: rounds, clients a round, seed, server data), with its spec's prediction variants."""
+    from fedbayes.methods.base import RunContext
+
     specs = method_specs()
     if name not in specs:
         raise ValueError(f"unknown method {name!r}; implemented: {sorted(specs)}")
-    m = specs[name].load()(fm, hp, client_sizes)
+    m = specs[name].load()(fm, hp, client_sizes, context or RunContext())
     m.name, m.spec = name, specs[name]
     m.variants = dict(specs[name].variants)
     return m

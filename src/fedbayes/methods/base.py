@@ -50,17 +50,25 @@ class LocalResult:
     steps: int
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What the engine tells a method about its run, at construction (``build_method``)."""
+
+    rounds: int = 0                           # R (schedules over rounds)
+    clients_per_round: int = 0                # M, the clients sampled a round
+    seed: int = 0                             # the run's base seed (server-side random streams)
+    server_x: torch.Tensor | None = None      # inputs held out of the clients for the server (``server_unlabeled``)
+
+
 @dataclass
 class Method:
-    """Base class: holds the model, hyperparameters and client sizes every method needs."""
+    """Base class: holds the model, hyperparameters, client sizes and run context every method needs."""
 
     fm: FlatModel
     hp: dict
     client_sizes: np.ndarray
+    context: RunContext = field(default_factory=RunContext)
     name: str = field(default="", init=False)
-    rounds: int = field(default=0, init=False)   # the run's R (set by the engine; schedules over rounds)
-    clients_per_round: int = field(default=0, init=False)   # M, clients sampled a round (set by the engine)
-    seed: int = field(default=0, init=False)   # the run's base seed (set by the engine; server-side random streams)
     # prediction variant → "point" or "samples": the spec's ``variants``, set by ``build_method``
     variants = {"": "point"}
 
@@ -71,11 +79,11 @@ class Method:
         base = cls
 
         class Fixed(cls):
-            def __init__(self, fm, hp, client_sizes):
+            def __init__(self, fm, hp, client_sizes, context=None):
                 for k, v in fixed.items():
                     if hp.get(k, v) != v:
                         raise ValueError(f"{key or base.__name__}: {k} is fixed to {v!r}, got {hp[k]!r}")
-                super().__init__(fm, {**hp, **fixed}, client_sizes)
+                super().__init__(fm, {**hp, **fixed}, client_sizes, context or RunContext())
 
         Fixed.__name__ = Fixed.__qualname__ = cls.__name__ + "".join(str(v) for v in fixed.values())
         return Fixed
@@ -91,6 +99,18 @@ class Method:
                 raise AttributeError(f"{type(self).__name__}.p needs the method's spec (build it with build_method)")
             self.__dict__["_p"] = self.spec.params.from_hparams(self.hp)
         return self.__dict__["_p"]
+
+    @property
+    def rounds(self) -> int:
+        return self.context.rounds
+
+    @property
+    def clients_per_round(self) -> int:
+        return self.context.clients_per_round
+
+    @property
+    def seed(self) -> int:
+        return self.context.seed
 
     @property
     def n_clients(self) -> int:

@@ -40,8 +40,6 @@ from fedbayes.methods.fedavg import FedAvg
 
 
 class FedBE(FedAvg):
-    server_x: torch.Tensor | None = None   # set by the engine (``server_unlabeled`` held-out inputs)
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not 0 < float(self.hp.get("server_unlabeled", 0)) < 1:
@@ -87,10 +85,10 @@ class FedBE(FedAvg):
         return w.detach()
 
     def server_update(self, server, messages, rnd):
-        if self.server_x is None:
-            raise RuntimeError("fedbe: the engine gave no unlabeled server data (server_x)")
+        if self.context.server_x is None:
+            raise RuntimeError("fedbe: the run context holds no unlabeled server data (server_x)")
         from fedbayes.engine import seeds
         gen = torch.Generator().manual_seed(seeds.torch_seed(self.seed, seeds.SERVER, rnd))
         teachers = self.teachers({k: m["w"] for k, m in messages.items()}, gen)
-        p_bar = self.pseudo_labels(teachers, self.server_x)
-        return {**server, "w": self.distil(teachers[0], self.server_x, p_bar, gen)}
+        p_bar = self.pseudo_labels(teachers, self.context.server_x)
+        return {**server, "w": self.distil(teachers[0], self.context.server_x, p_bar, gen)}

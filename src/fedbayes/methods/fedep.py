@@ -84,8 +84,8 @@ class FedAvgM(Method):
     """FedAvg with SGD-M clients (weight decay) and an SGD-M server: the FedEP paper's FedAvg and
     the burn-in of FedEP, FedSEP and FedPA."""
 
-    def __init__(self, fm, hp, client_sizes):
-        super().__init__(fm, hp, client_sizes)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         # the clients run SGD with momentum (the iterates are FedPA's and FedEP-M's samples): an
         # experiment's other optimiser would be recorded in run.json but never used
         if self.hp.get("optimizer", "sgd") != "sgd":
