@@ -325,7 +325,7 @@ def cmd_toy(args) -> None:
     p = _params(args)
     if args.name not in TOYS:
         raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
-    print(TOYS[args.name](p, args.out).to_string(index=False))
+    print(TOYS[args.name].build(p, args.out).to_string(index=False))
 
 
 def cmd_select(args) -> None:

@@ -1,6 +1,7 @@
 # Shared helpers: resolved configuration, paths and the code each rule depends on.
 import hashlib
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from fedbayes.config import (comparable_experiments, experiment_config, partitio
                              seeds, selection, selection_seeds, swept_points, sweep_points, table_figures)
 from fedbayes.catalog import split_variant
 from fedbayes.reports.headline import plot_files as headline_plot_files
+from fedbayes.reports.toys import TOYS
 
 SCALE = config["scale"]
 PATHS = paths(config)

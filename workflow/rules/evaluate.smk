@@ -72,11 +72,24 @@ rule sweep_report:
         cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"
 
 
-rule fedlap_sweep_report:  # the same report where the FedLap issue asks for it, beside the FedLap tables
-    input:
-        selections,
-    output:
-        report(f"{REPORTS}/fedlap/sweep_{{experiment}}.csv", caption="../report/sweep.rst",
-               category="Sweeps (selection)", subcategory="{experiment}", labels={"file": "fedlap/sweep_{experiment}.csv"}),
-    shell:
-        cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"
+def sweeps_beside(table, spec):
+    """The folder under the reports where a table with ``sweeps: beside`` keeps its sweep reports (its
+    own folder), else None."""
+    return table.rpartition("/")[0] or None if spec.get("sweeps") == "beside" else None
+
+
+SWEEP_FOLDERS = sorted({f for t, s in config["tables"].items() if (f := sweeps_beside(t, s))})
+
+if SWEEP_FOLDERS:
+
+    rule sweep_report_beside:  # the same report beside the tables that ask for it (``sweeps: beside``)
+        input:
+            selections,
+        output:
+            report(f"{REPORTS}/{{folder}}/sweep_{{experiment}}.csv", caption="../report/sweep.rst",
+                   category="Sweeps (selection)", subcategory="{experiment}",
+                   labels={"file": "{folder}/sweep_{experiment}.csv"}),
+        wildcard_constraints:
+            folder="|".join(re.escape(f) for f in SWEEP_FOLDERS),
+        shell:
+            cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"

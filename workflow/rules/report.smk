@@ -65,10 +65,11 @@ def table_status(experiments):
     return lambda wc: sorted({f"{WORK}/data/{d}.json" for e in experiments for d in experiment_datasets(e)})
 
 
-def sweep_reports(table, experiments):
-    """The sweep reports a table rests on: reports/sweeps/<exp>.csv, or reports/fedlap/sweep_<exp>.csv
-    for the FedLap paper's tables."""
-    where = f"{REPORTS}/fedlap/sweep_{{}}.csv" if table.startswith("fedlap/") else f"{REPORTS}/sweeps/{{}}.csv"
+def sweep_reports(table, spec, experiments):
+    """The sweep reports a table rests on: reports/sweeps/<exp>.csv, or, with the table's ``sweeps:
+    beside``, reports/<its folder>/sweep_<exp>.csv (rule sweep_report_beside)."""
+    where = (f"{REPORTS}/{sweeps_beside(table, spec)}/sweep_{{}}.csv" if sweeps_beside(table, spec)
+             else f"{REPORTS}/sweeps/{{}}.csv")
     return lambda wc: [where.format(e) for e in experiments if experiment_available(e)]
 
 
@@ -89,7 +90,7 @@ for _table, _spec in config["tables"].items():
         input:
             *[selected_runs(e, m) for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
             status=table_status(_exps),
-            sweeps=sweep_reports(_table, _exps),
+            sweeps=sweep_reports(_table, _spec, _exps),
             notes=[in_report(_spec["notes"], _table, "notes", "notes")] if "notes" in _spec else [],
             code=fixed(code("reports", "papers")),
         output:
@@ -97,7 +98,7 @@ for _table, _spec in config["tables"].items():
             md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
             figures=[in_report(f"{REPORTS}/figures/{f}", _table, "figure") for f in table_figures(_table, _spec)],
         params:
-            spec=json.dumps(_spec, sort_keys=True),
+            spec=json.dumps({k: v for k, v in _spec.items() if k != "sweeps"}, sort_keys=True),  # where, not what
             std_ddof=config.get("std_ddof", 1),
             runs=json.dumps(_pairs, sort_keys=True),
             code=code_hash(code("reports", "papers")),
@@ -106,9 +107,6 @@ for _table, _spec in config["tables"].items():
             cli("table") + " {params.name} --out {output.csv}"
 
 
-TOY_FIGURES = {"fedep/table4": ["fedep_fig1.png", "fedep_fig4_left.png"],  # written beside each toy table
-               "bayesadmm/figures": ["bayesadmm_fig3b.png", "bayesadmm_fig4.png", "bayesadmm_fig3a.png"]}
-
 for _toy in config.get("toys", {}):
 
     rule:
@@ -116,11 +114,11 @@ for _toy in config.get("toys", {}):
             f"toy_{_toy.replace('/', '_')}"
         input:
             code=fixed(code("toys", "reports/toys.py", "papers")),
-            data=fixed([f"{WORK}/data/mnist5k.json"] if _toy.startswith("bayesadmm/") else []),  # fetched mnist5k
+            data=fixed([f"{WORK}/data/{d}.json" for d in TOYS[_toy].datasets]),  # the datasets it reads, fetched
         output:
             csv=in_report(f"{REPORTS}/{_toy}.csv", _toy, "toy"),
             md=in_report(f"{REPORTS}/{_toy}.md", _toy, "toy"),
-            figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOY_FIGURES.get(_toy, [])],
+            figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOYS[_toy].figures],  # beside it
         params:
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
             code=code_hash(code("toys", "reports/toys.py", "papers")),

@@ -7,6 +7,8 @@ the spec derives from the seed-to-seed spread (``toys.<name>.ranges``), not equa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -104,4 +106,16 @@ def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
     return df
 
 
-TOYS = {"fedep/table4": fedep_table4, "bayesadmm/figures": bayesadmm_figures}
+@dataclass(frozen=True)
+class Toy:
+    """A data-free reproduction target: what builds it, the figures it writes (reports/figures/) and the
+    datasets it reads (fetched before it runs). The workflow reads these; it names no toy itself."""
+
+    build: Callable[[dict, str | Path], pd.DataFrame]
+    figures: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = ()
+
+
+TOYS = {"fedep/table4": Toy(fedep_table4, figures=("fedep_fig1.png", "fedep_fig4_left.png")),
+        "bayesadmm/figures": Toy(bayesadmm_figures, figures=("bayesadmm_fig3b.png", "bayesadmm_fig4.png",
+                                                             "bayesadmm_fig3a.png"), datasets=("mnist5k",))}
