@@ -43,7 +43,7 @@ clean-smoke:
 	rm -rf reports/smoke results/runs/smoke data/partitions/smoke work/smoke
 
 test: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto --dist loadfile
 
 bench: setup
 	$(PY) benchmarks/bench_fedavg.py

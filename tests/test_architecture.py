@@ -1,0 +1,98 @@
+"""The package's shape (issue 20's acceptance as tests): no import cycle between fedbayes modules, and the
+engine and the workflow rules name no method and no paper (they read what a method or table needs from
+its spec and from params.yaml)."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "fedbayes"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(path: Path, modules: set[str]) -> set[str]:
+    """fedbayes modules a module imports when it is imported (module level, outside functions and
+    ``if TYPE_CHECKING``), each resolved to the longest existing module name."""
+    out = set()
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        for n in names:
+            while n and n not in modules:
+                n = n.rpartition(".")[0]
+            if n.startswith("fedbayes"):
+                out.add(n)
+    return out
+
+
+def test_no_import_cycle_between_fedbayes_modules():
+    files = {module_name(p): p for p in SRC.rglob("*.py")}
+    modules = set(files)
+    graph = {m: top_level_imports(p, modules) - {m} for m, p in files.items()}
+    # a package's __init__ runs before its submodules: an edge from a submodule to its own package (or to
+    # fedbayes itself, which every module imports first) is not a cycle of module bodies
+    for m in graph:
+        graph[m] = {d for d in graph[m] if not m.startswith(d + ".")}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                raise AssertionError("import cycle: " + " → ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def code_words(text: str, python: bool) -> list[str]:
+    """The identifiers and string contents of code, without comments and docstrings (Python), or the
+    lines of a Snakemake file without its comments."""
+    if not python:
+        return [re.sub(r"#.*$", "", line) for line in text.splitlines()]
+    words, prev = [], None
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.STRING and prev in (None, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.NL):
+            prev = tok.type                                    # a docstring or bare string statement
+            continue
+        if tok.type in (tokenize.NAME, tokenize.STRING):
+            words.append(tok.string)
+        if tok.type not in (tokenize.COMMENT,):
+            prev = tok.type
+    return words
+
+
+def test_engine_and_workflow_name_no_method_and_no_paper():
+    from fedbayes.methods import method_specs
+
+    names = set(method_specs()) | {p.stem for p in (SRC / "papers").glob("*.yaml")}
+    pattern = re.compile(r"(?<![a-z0-9_])(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")(?![a-z0-9_])")
+    found = []
+    for path in sorted((SRC / "engine").glob("*.py")):
+        for w in code_words(path.read_text(), python=True):
+            if pattern.search(w.lower() if w[:1] not in "'\"" else w):
+                found.append(f"{path.relative_to(REPO)}: {w}")
+    for path in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:
+        for i, line in enumerate(code_words(path.read_text(), python=False), 1):
+            if (m := pattern.search(line)):
+                found.append(f"{path.relative_to(REPO)}:{i}: {m.group(0)!r} in {line.strip()[:100]}")
+    assert not found, "the engine / workflow name methods or papers:\n" + "\n".join(found)
