@@ -213,3 +213,32 @@ def test_in_place_ivon_train_is_bit_identical_to_the_functional_step(kw):
         assert torch.equal(getattr(got, name), getattr(ref, name)), name
     assert got.t == ref.t
     assert all(torch.equal(a, b) for a, b in zip(before, (st.m, st.h, st.g)))
+
+
+@pytest.mark.parametrize("with_duals,clip,vector_delta", [(True, math.inf, True), (False, 0.5, False), (True, 0.05, True)])
+def test_compiled_ivon_step_is_the_eager_step_bit_for_bit(with_duals, clip, vector_delta):
+    """From COMPILE_MIN_PARAMS parameters up IVON steps with torch.compile's kernel of ``_ivon_step_``:
+    the state it leaves (m, h, g, h + δ, t) equals the eager step's bit for bit, over several steps."""
+    from fedbayes.methods import ivon
+
+    n = ivon.COMPILE_MIN_PARAMS + 17
+    gen = torch.Generator().manual_seed(3)
+    r = lambda: torch.randn(n, generator=gen)  # noqa: E731
+    m, h, g = r(), r().abs() * 1e-3, r() * 1e-2
+    delta = r().abs() * 1e-2 + 1e-4 if vector_delta else 1e-3
+    kw = dict(ess=3000.0, delta=delta, beta1=0.9, beta2=0.99999, prior_mean=r() * 0.1 if with_duals else 0.0,
+              v=r() * 1e-3 if with_duals else None, u=r().abs() * 1e-4 if with_duals else None,
+              clip_radius=clip, debias=True)
+    steps = [(r() * 0.1, r() * 1e-3, 0.01 * (1 - i / 5)) for i in range(4)]
+    states = []
+    for fn in (ivon._ivon_step_, ivon.ivon_step_):
+        mm, hh, gg = m.clone(), h.clone(), g.clone()
+        hd, a, b, t = hh + delta, torch.empty(n), torch.empty(n), 0
+        for grad, nxg, lr in steps:
+            t = fn(mm, hh, gg, t, grad, nxg, hd, a, b, lr=lr, **kw)
+        states.append((mm, hh, gg, hd, t))
+    assert ivon._step_fn(n) is not ivon._ivon_step_ or ivon._compiled is False   # the compiled path ran (or fell back)
+    (m1, h1, g1, hd1, t1), (m2, h2, g2, hd2, t2) = states
+    assert t1 == t2 == 4
+    for x, y in ((m1, m2), (h1, h2), (g1, g2), (hd1, hd2)):
+        assert torch.equal(x, y)

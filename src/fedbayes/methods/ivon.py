@@ -22,6 +22,8 @@ The posterior precision is ``λ(h + δ)``.
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,12 +75,15 @@ def ivon_step(st: IVONState, grad: torch.Tensor, nxg: torch.Tensor, *, lr: float
 
 def _ivon_step_(m: torch.Tensor, h: torch.Tensor, g: torch.Tensor, t: int, grad: torch.Tensor, nxg: torch.Tensor,
                 hd: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, lr: float, ess: float, delta,
-                beta1: float, beta2: float, prior_mean, v, u, clip_radius: float, debias: bool) -> int:
+                beta1: float, beta2: float, prior_mean, v, u, clip_radius: float, debias: bool,
+                bias=None) -> int:
     """``ivon_step`` in place: m, h, g are overwritten with the new state and ``hd`` (h + δ on entry) with
     new h + δ, using the scratch vectors a, b (no allocation). The same elementwise operations on the same
     operands in the same order as ``ivon_step`` (only the commutative products' operand order differs),
     so the iterates are the same bit for bit (tests/test_ivon.py); it saves ``ivon_step``'s ~20 temporary
-    vectors a step, whose allocation and cache misses cost several times the arithmetic. Returns t + 1."""
+    vectors a step, whose allocation and cache misses cost several times the arithmetic. ``bias``: the
+    debiasing divisor 1 − β1^t (t the new count) given by the caller (the compiled step passes it, ``lr``
+    and ``ess`` as 0-dim tensors, so that one compiled kernel serves every step). Returns t + 1."""
     t += 1
     g.mul_(beta1)
     torch.mul(grad, 1.0 - beta1, out=a)
@@ -95,7 +100,7 @@ def _ivon_step_(m: torch.Tensor, h: torch.Tensor, g: torch.Tensor, t: int, grad:
     a.mul_(1.0 - beta2)
     h.add_(a)
     h.add_(b)                                                     # h = new h
-    torch.div(g, 1.0 - beta1 ** t if debias else 1.0, out=a)
+    torch.div(g, bias if bias is not None else 1.0 - beta1 ** t if debias else 1.0, out=a)
     torch.sub(m, prior_mean, out=b)
     b.mul_(delta)
     a.add_(b)
@@ -111,6 +116,33 @@ def _ivon_step_(m: torch.Tensor, h: torch.Tensor, g: torch.Tensor, t: int, grad:
     a.mul_(lr)
     m.sub_(a)
     return t
+
+
+# ``_ivon_step_`` compiled into one loop over the parameters (torch.compile's C++ kernel): the same
+# elementwise operations in the same order, IEEE-rounded one by one (no contraction into fused
+# multiply-adds, no reassociation), so the same bits as the eager step — checked on every committed
+# BayesADMM / FedIVON replay (tests/test_replay.py) and on random state (tests/test_ivon.py) — at about
+# a quarter of its time (25 passes over the vectors become one). Used from COMPILE_MIN_PARAMS parameters
+# up, where it pays for its few seconds of compilation; FEDBAYES_COMPILE=0 turns it off, and a machine
+# where compilation fails (no C++ compiler) falls back to the eager step with one warning.
+COMPILE_MIN_PARAMS = 65_536
+_compiled = None
+
+
+def _step_fn(n_params: int):
+    global _compiled
+    if n_params < COMPILE_MIN_PARAMS or os.environ.get("FEDBAYES_COMPILE", "1") == "0" or _compiled is False:
+        return _ivon_step_
+    if _compiled is None:
+        _compiled = torch.compile(_ivon_step_)
+    return _compiled
+
+
+def _fall_back(err: Exception) -> None:
+    global _compiled
+    _compiled = False
+    warnings.warn(f"IVON: the compiled step is unavailable ({type(err).__name__}: {str(err)[:200]}); "
+                  "using the eager step (the same numbers, slower)", RuntimeWarning, stacklevel=3)
 
 
 class IVON:
@@ -170,11 +202,28 @@ class IVON:
         return tuple(losses), grad
 
     def step(self, grad: torch.Tensor, i: int, n: int) -> None:
+        args = (self.m, self.h, self.g, self.t, grad, self.nxg, self.hd, self.a, self.b)
+        kw = dict(lr=self.lr(i, n), ess=self.ess, delta=self.delta, beta1=self.beta1, beta2=self.beta2,
+                  prior_mean=self.prior_mean, v=self.v, u=self.u, clip_radius=self.clip_radius, debias=self.debias)
         with torch.no_grad():
-            self.t = _ivon_step_(self.m, self.h, self.g, self.t, grad, self.nxg, self.hd, self.a, self.b,
-                                 lr=self.lr(i, n), ess=self.ess, delta=self.delta, beta1=self.beta1,
-                                 beta2=self.beta2, prior_mean=self.prior_mean, v=self.v, u=self.u,
-                                 clip_radius=self.clip_radius, debias=self.debias)
+            self.t = ivon_step_(*args, **kw)
+
+
+def ivon_step_(m, h, g, t, grad, nxg, hd, a, b, *, lr, ess, **kw) -> int:
+    """``_ivon_step_``, through its compiled kernel where that is on (``_step_fn``): the step's changing
+    numbers (rate, effective sample size, the debiasing divisor of step t + 1) go in as 0-dim float32
+    tensors, the values the eager kernels compute with, so one kernel serves every step of a run."""
+    step = _step_fn(m.numel())
+    if step is _ivon_step_:
+        return _ivon_step_(m, h, g, t, grad, nxg, hd, a, b, lr=lr, ess=ess, **kw)
+    f32 = lambda x: torch.tensor(x, dtype=m.dtype, device=m.device)  # noqa: E731
+    bias = f32(1.0 - kw["beta1"] ** (t + 1) if kw["debias"] else 1.0)
+    try:
+        step(m, h, g, 0, grad, nxg, hd, a, b, lr=f32(lr), ess=f32(ess), bias=bias, **kw)
+    except Exception as err:  # noqa: BLE001  (compilation: no C++ compiler, unsupported platform)
+        _fall_back(err)
+        return _ivon_step_(m, h, g, t, grad, nxg, hd, a, b, lr=lr, ess=ess, **kw)
+    return t + 1
 
 
 def ivon_train(fm, st: IVONState, data, rng: np.random.Generator, *, epochs: int, batch_size: int,
