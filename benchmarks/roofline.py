@@ -128,6 +128,7 @@ def instrument(meter: Meter, macs_per_row: int, n_classes: int):
     Returns a function that undoes it."""
     from fedbayes.engine import loop
     from fedbayes.methods import fedlap
+    from fedbayes.methods.local import local_steps
     from fedbayes.models import FlatModel
 
     class CountingFlatModel(FlatModel):
@@ -148,8 +149,7 @@ def instrument(meter: Meter, macs_per_row: int, n_classes: int):
             return broadcast(server, rnd)
 
         def c(k, down, state, data, *a, **kw):
-            bs, epochs = int(hp.get("batch_size", 32)), int(hp.get("local_epochs", 1))
-            meter.steps[meter.rnd] += epochs * -(-len(data) // bs)   # minibatch steps of E epochs
+            meter.steps[meter.rnd] += local_steps(len(data), hp.get("batch_size", 32), hp.get("local_epochs", 1))
             with meter.timing("local"):
                 return client_update(k, down, state, data, *a, **kw)
 

@@ -75,7 +75,7 @@ rule sweep_report:
 def sweeps_beside(table, spec):
     """The folder under the reports where a table with ``sweeps: beside`` keeps its sweep reports (its
     own folder), else None."""
-    return table.rpartition("/")[0] or None if spec.get("sweeps") == "beside" else None
+    return (table.rpartition("/")[0] or None) if spec.get("sweeps") == "beside" else None
 
 
 SWEEP_FOLDERS = sorted({f for t, s in config["tables"].items() if (f := sweeps_beside(t, s))})

@@ -68,8 +68,8 @@ def table_status(experiments):
 def sweep_reports(table, spec, experiments):
     """The sweep reports a table rests on: reports/sweeps/<exp>.csv, or, with the table's ``sweeps:
     beside``, reports/<its folder>/sweep_<exp>.csv (rule sweep_report_beside)."""
-    where = (f"{REPORTS}/{sweeps_beside(table, spec)}/sweep_{{}}.csv" if sweeps_beside(table, spec)
-             else f"{REPORTS}/sweeps/{{}}.csv")
+    folder = sweeps_beside(table, spec)
+    where = f"{REPORTS}/{folder}/sweep_{{}}.csv" if folder else f"{REPORTS}/sweeps/{{}}.csv"
     return lambda wc: [where.format(e) for e in experiments if experiment_available(e)]
 
 

@@ -127,14 +127,16 @@ class FedAvgM(Method):
                 g = g_wd if g is None else g.add_(g_wd)
             return g
 
-        out, acc = [], [torch.zeros_like(start), 0]
+        out, acc, cnt = [], torch.zeros_like(start), 0
 
         def add_iterate(opt):
-            acc[0], acc[1] = acc[0] + opt.weights, acc[1] + 1
+            nonlocal acc, cnt
+            acc, cnt = acc + opt.weights, cnt + 1
 
         def end_epoch(opt):
-            out.append(acc[0] / acc[1] if average else opt.weights.clone())
-            acc[0], acc[1] = torch.zeros_like(start), 0
+            nonlocal acc, cnt
+            out.append(acc / cnt if average else opt.weights.clone())
+            acc, cnt = torch.zeros_like(start), 0
 
         mean_loss, _ = train_local(self.fm, opt, data, rng, epochs=epochs, batch_size=int(hp["batch_size"]),
                                    extra_grad=penalty_grad if (wd or extra_grad is not None) else None,

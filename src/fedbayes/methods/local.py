@@ -35,9 +35,10 @@ Tensors = dict[str, torch.Tensor]
 def minibatches(n: int, batch_size: int, rng: np.random.Generator, device=None) -> Iterator[torch.Tensor]:
     """One epoch over n rows: the row indices of each minibatch of a fresh permutation drawn from
     ``rng``, in batches of ``batch_size`` (the last one may be smaller)."""
+    bs = int(batch_size)
     perm = torch.from_numpy(rng.permutation(n)).to(device)
-    for start in range(0, n, int(batch_size)):
-        yield perm[start:start + int(batch_size)]
+    for start in range(0, n, bs):
+        yield perm[start:start + bs]
 
 
 def local_steps(n: int, batch_size: int, epochs: int) -> int:
