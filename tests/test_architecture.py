@@ -96,3 +96,50 @@ def test_engine_and_workflow_name_no_method_and_no_paper():
             if (m := pattern.search(line)):
                 found.append(f"{path.relative_to(REPO)}:{i}: {m.group(0)!r} in {line.strip()[:100]}")
     assert not found, "the engine / workflow name methods or papers:\n" + "\n".join(found)
+
+
+# Tensor factories that must say where their tensor lives: one that defaults to the CPU while the run is on
+# a GPU fails there ("Expected all tensors to be on the same device"), which no CPU test sees. Two such
+# calls in fedep.py (the FedAvg-server weights, FedEP's Gaussian draws) broke the smoke DAG on the first
+# GPU it ran on (reports/evidence/gpu.md).
+FACTORIES = {"tensor", "zeros", "ones", "full", "empty", "arange", "eye", "linspace", "randn", "rand",
+             "randint", "as_tensor"}
+# (file, the call's source) that are on the CPU on purpose: bookkeeping scalars of a client's state (read as
+# Python ints), sums brought back to the host
+HOST_SIDE = {("methods/bayesadmm.py", "torch.zeros((), dtype=torch.long)"),
+             ("methods/bayesadmm.py", "torch.tensor(st.t)"),
+             ("methods/fedcurv.py", "torch.zeros((), dtype=torch.long)"),
+             ("methods/fedcurv.py", "torch.tensor(rnd)"),
+             ("methods/local.py", "torch.tensor(steps, dtype=torch.float64)")}
+
+
+def device_less_factories(path: Path) -> list[tuple[int, str]]:
+    """torch factory calls in ``path`` with no ``device=`` that are not moved at once (``.to(...)``)."""
+    src = path.read_text()
+    tree = ast.parse(src)
+    moved = {id(node.func.value) for node in ast.walk(tree)     # torch.xxx(...).to(...)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to"}
+    out = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+                and not any(k.arg == "device" for k in node.keywords) and id(node) not in moved):
+            out.append((node.lineno, ast.get_source_segment(src, node)))
+    return out
+
+
+def test_tensor_factories_in_methods_and_engine_name_their_device():
+    found = []
+    for folder in ("methods", "engine", "eval"):
+        for path in sorted((SRC / folder).glob("*.py")):
+            rel = str(path.relative_to(SRC))
+            found += [f"{rel}:{line}: {call}" for line, call in device_less_factories(path)
+                      if (rel, call) not in HOST_SIDE]
+    assert not found, "tensor created on the CPU whatever the run's device:\n" + "\n".join(found)
+
+
+def test_device_check_catches_a_planted_call(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("import torch\nw = torch.tensor([1.0], dtype=torch.float32)\n"
+                       "ok = torch.tensor([1.0]).to('cuda')\nok2 = torch.zeros(3, device=w.device)\n")
+    assert [line for line, _ in device_less_factories(planted)] == [2]

@@ -149,7 +149,7 @@ class FedAvgM(Method):
 
     def fedavg_server(self, server, messages):
         ks = sorted(messages)
-        wts = torch.tensor(self.client_sizes[ks], dtype=server["w"].dtype)
+        wts = torch.tensor(self.client_sizes[ks], dtype=server["w"].dtype, device=server["w"].device)
         d = torch.einsum("k,kp->p", wts / wts.sum(), torch.stack([messages[k]["delta"] for k in ks]))
         mom = float(self.hp.get("server_momentum", 0.9)) * server["mom"] + d
         return {**server, "w": server["w"] - float(self.hp.get("server_lr", 1.0)) * mom, "mom": mom}
@@ -245,7 +245,8 @@ class FedEP(FedAvgM):
                 for idx in minibatches(n_k, bs, rng, data.x.device):
                     xb = data.x[idx]
                     std = (n_k * s + cav_lam + wd * n_k).clamp_min(1e-12).rsqrt()
-                    fbar = sum(sampled_fisher(self.fm, mu_t + std * torch.randn(mu_t.shape, generator=gen), xb, gen)
+                    fbar = sum(sampled_fisher(self.fm, mu_t + std * torch.randn(mu_t.shape, generator=gen, device=mu_t.device),
+                                              xb, gen)
                                for _ in range(n_samples)) / (n_samples * len(xb))
                     s = beta * s + (1 - beta) * clip_mean_std(fbar)
             return cav_lam + c * (n_k * s + wd * n_k)
