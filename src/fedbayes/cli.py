@@ -253,7 +253,9 @@ def _train(p: dict, args, cfg: dict) -> None:
     device = pick_device(p.get("device", "auto"))
     data, meta = load_run_data(p, cfg, partition, device)
     cfg["partition_hash"] = meta["hash"]
-    run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True))
+    batch = p.get("batch_clients", "auto")
+    run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True),
+                  batch_clients=None if batch == "auto" else bool(batch))
 
 
 def cmd_evaluate(args) -> None:

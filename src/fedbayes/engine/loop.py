@@ -188,11 +188,13 @@ def hold_out(parts: list[np.ndarray], share: float, rng: np.random.Generator) ->
 
 
 def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.device,
-                  log=print, stop_after: int | None = None) -> list[dict]:
+                  log=print, stop_after: int | None = None, batch_clients: bool | None = None) -> list[dict]:
     """Train one run, writing ``history.csv``, ``predictions.npz``, ``posterior.pt``, ``run.json``.
 
     ``stop_after`` ends the process-equivalent early after that many rounds (used by tests to
     simulate a kill); the checkpoint is left behind exactly as a killed run would leave it.
+    ``batch_clients`` (params.yaml ``batch_clients``; None = on a GPU only): a round's clients train
+    together where the method can (``Method.client_updates``), the same numbers up to float round-off.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -239,18 +241,27 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     # train() (BayesADMM spec §3.1.2 item 9); default `independent`: one stream per (seed, round, client).
     replay = cfg.get("hparams", {}).get("client_stream", "independent") == "replay"
     local_eval = bool(cfg.get("local_eval", False))
+    if batch_clients is None:
+        batch_clients = device.type == "cuda"
+    batched_rounds = 0
     for rnd in range(start, rounds + 1):
         t0 = time.perf_counter()
         picked = np.arange(len(sizes)) if n_part == len(sizes) else \
             np.sort(seeds.rng(seed, seeds.SAMPLING, rnd).choice(len(sizes), n_part, replace=False))
         down = method.broadcast(server, rnd)
         messages, losses, up_bytes, local = {}, [], 0, {}
-        for k in picked:
-            k = int(k)
-            stream = (seed, seeds.TRAIN) if replay else (seed, seeds.TRAIN, rnd, k)
-            torch.manual_seed(seeds.torch_seed(*stream))
-            msg, client_states[k], loss = method.client_update(
-                k, down, client_states[k], clients[k], seeds.rng(*stream), rnd)
+        ks = [int(k) for k in picked]
+        streams = [(seed, seeds.TRAIN) if replay else (seed, seeds.TRAIN, rnd, k) for k in ks]
+        together = method.client_updates(ks, down, [client_states[k] for k in ks], [clients[k] for k in ks],
+                                          [seeds.rng(*st) for st in streams], rnd) if batch_clients else None
+        batched_rounds += together is not None
+        for i, k in enumerate(ks):
+            if together is not None:
+                msg, client_states[k], loss = together[i]
+            else:
+                torch.manual_seed(seeds.torch_seed(*streams[i]))
+                msg, client_states[k], loss = method.client_update(
+                    k, down, client_states[k], clients[k], seeds.rng(*streams[i]), rnd)
             messages[k] = msg
             if local_eval and (w_local := method.local_weights(msg, down)) is not None:
                 local[k] = w_local
@@ -280,7 +291,8 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         if stop_after is not None and rnd >= stop_after:
             return history
 
-    _write_outputs(out, cfg, key, history, saved, server, data, device, sizes, diverged, started)
+    _write_outputs(out, cfg, key, history, saved, server, data, device, sizes, diverged, started,
+                   batched_rounds=batched_rounds)
     ckpt_path.unlink(missing_ok=True)
     return history
 
@@ -318,7 +330,7 @@ def _now() -> str:
 
 
 def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, sizes, diverged=None,
-                   started: str | None = None) -> None:
+                   started: str | None = None, batched_rounds: int = 0) -> None:
     cols = list(dict.fromkeys(c for row in history for c in row))
     with atomic_target(out / "history.csv") as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
@@ -343,6 +355,10 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
             "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes],
+            # the most GPU memory the run's tensors held at once (CUDA's allocator), for the README's GPU column
+            **({"gpu_peak_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)} if device.type == "cuda" else {}),
+            # rounds whose clients trained together (batch_clients; this process's rounds, a resumed run's since it resumed)
+            **({"batched_rounds": batched_rounds} if batched_rounds else {}),
             # when training started (a resumed run: its first process) and finished; not numerics, and not
             # part of the rerun key (config + numerics), so adding them reran nothing
             "started": started, "finished": _now()}

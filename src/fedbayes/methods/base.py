@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from fedbayes.catalog import HPARAM_DEFAULTS
-from fedbayes.methods.local import make_optimizer, train_local
+from fedbayes.methods.local import make_optimizer, train_local, train_local_batched
 from fedbayes.models import FlatModel
 
 Tensors = dict[str, torch.Tensor]
@@ -145,6 +145,15 @@ class Method:
         """Returns (message up, new client state, mean local training loss)."""
         raise NotImplementedError
 
+    def client_updates(self, ks: list[int], down: Tensors, states: list[Tensors], datas: list[ClientData],
+                       rngs: list[np.random.Generator], rnd: int) -> list[tuple[Tensors, Tensors, float]] | None:
+        """The round's clients ``ks`` trained together (a run with ``batch_clients``): for each, what
+        ``client_update`` returns, up to float round-off; or None where this method trains its clients
+        one by one (the default: the engine then calls ``client_update`` for each). Unlike
+        ``client_update``, it runs with no per-client reseeding of torch's global generator, so a method
+        that draws from it must not batch."""
+        return None
+
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
         raise NotImplementedError
 
@@ -196,6 +205,20 @@ class Method:
         if persistent:
             state.update(opt.state())
         return LocalResult(w.detach(), mean_loss, steps)
+
+
+def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[ClientData],
+                        rngs: list[np.random.Generator], states: list[Tensors]) -> tuple[torch.Tensor, list[float]] | None:
+    """``method.local_train`` without ``extra_loss`` / ``extra_grad`` for several clients at once
+    (``methods.local.train_local_batched``): (weights (C, P), mean losses), or None where the
+    hyperparameters ask for what the batched loop does not do (SGD, a learning-rate schedule, clipping)."""
+    hp = method.hp
+    if hp.get("optimizer", "adam") != "adam" or hp.get("lr_schedule", "constant") != "constant" or hp.get("grad_clip"):
+        return None
+    W, losses, _ = train_local_batched(method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]),
+                                       batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),
+                                       states=states if client_optimizer(hp) == "persistent" else None)
+    return W, losses
 
 
 def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:

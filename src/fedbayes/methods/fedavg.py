@@ -7,7 +7,7 @@ Server:  w_g ← Σ_k (N_k / N) w_k        (over the participating clients, reno
 
 from __future__ import annotations
 
-from fedbayes.methods.base import Method, weighted_mean
+from fedbayes.methods.base import Method, local_train_batched, weighted_mean
 
 
 class FedAvg(Method):
@@ -19,6 +19,16 @@ class FedAvg(Method):
         res = self.local_train(down["w"], data, rng, extra_loss=(lambda w: 0.5 * wd * w.square().sum()) if wd else None,
                                state=state)
         return {"w": res.w}, state, res.mean_loss
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd):
+        # a subclass that adds a term to the client's objective (FedProx, FedBE's ...) trains one by one
+        if type(self).client_update is not FedAvg.client_update or float(self.hp.get("weight_decay", 0.0)):
+            return None
+        res = local_train_batched(self, down["w"], datas, rngs, states)
+        if res is None:
+            return None
+        W, losses = res
+        return [({"w": W[i]}, states[i], losses[i]) for i in range(len(ks))]
 
     def server_update(self, server, messages, rnd):
         ws = {k: m["w"] for k, m in messages.items()}

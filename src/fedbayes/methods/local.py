@@ -160,6 +160,79 @@ def clip_grad_(grad: torch.Tensor, max_norm: float) -> None:
         torch._foreach_mul_([grad], torch.clamp(coef, max=1.0))
 
 
+def minibatch_plan(n: int, batch_size: int, epochs: int, rng: np.random.Generator) -> np.ndarray:
+    """Every minibatch of ``epochs`` passes of ``minibatches`` at once, drawn from ``rng`` in the same
+    order (one permutation per epoch): a (steps, batch_size) array of row indices, -1 after the rows
+    of an epoch's smaller last batch."""
+    bs, per_epoch = int(batch_size), -(-n // int(batch_size))
+    plan = np.full((int(epochs) * per_epoch, bs), -1, dtype=np.int64)
+    for e in range(int(epochs)):
+        perm = rng.permutation(n)
+        for b, start in enumerate(range(0, n, bs)):
+            rows = perm[start:start + bs]
+            plan[e * per_epoch + b, :len(rows)] = rows
+    return plan
+
+
+def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.random.Generator], *,
+                        epochs: int, batch_size: int, lr: float, states: list[Tensors] | None = None,
+                        loss_fn=F.cross_entropy) -> tuple[torch.Tensor, list[float], list[int]]:
+    """``train_local`` with FlatAdam and no hooks for C clients together, all starting from ``w_start``:
+    the minibatch gradients of the C clients' step s are one vmapped call over their stacked weights
+    (C, P), and their Adam updates one fused multi-tensor kernel. Each client draws its minibatches from
+    its own ``rng`` exactly as ``minibatches`` would, so the iterates are those of C calls of
+    ``train_local`` up to float round-off (batched matrix products sum in another order); a client with
+    fewer steps than the others is left out of the updates after its last one. ``states``: the clients'
+    persistent Adam states (``FlatAdam.state()``), read and updated in place; None for fresh optimisers.
+    Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
+
+    Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
+    C separate ones do (benchmarks/roofline.md)."""
+    C, dev, dtype = len(datas), w_start.device, w_start.dtype
+    plans = [minibatch_plan(len(d), batch_size, epochs, r) for d, r in zip(datas, rngs)]
+    steps = [len(plan) for plan in plans]
+    S, bs = max(steps), int(batch_size)
+    offsets = np.cumsum([0] + [len(d) for d in datas[:-1]])
+    rows = np.zeros((S, C, bs), dtype=np.int64)        # into the clients' rows concatenated
+    mask = np.zeros((S, C, bs), dtype=np.float32)      # 1 for a minibatch row, 0 for padding
+    for c, plan in enumerate(plans):
+        ok = plan >= 0
+        rows[:len(plan), c] = np.where(ok, plan, 0) + offsets[c]
+        mask[:len(plan), c] = ok
+        mask[len(plan):, c] = 1.0                      # after its last step: computed, never applied
+    x, y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
+    rows_t, mask_t = torch.from_numpy(rows).to(dev), torch.from_numpy(mask).to(device=dev, dtype=dtype)
+
+    W = w_start.detach().unsqueeze(0).repeat(C, 1)
+    m, v = torch.zeros_like(W), torch.zeros_like(W)
+    t = torch.zeros(C, dtype=torch.float32, device=dev)
+    for c, st in enumerate(states or []):
+        if "opt/m" in st:
+            m[c], v[c], t[c] = st["opt/m"], st["opt/v"], st["opt/t"]
+
+    def loss_one(w, xb, yb, mb):
+        return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
+
+    grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
+    total = torch.zeros(C, dtype=torch.float64, device=dev)
+    active = list(range(C))
+    for s in range(S):
+        active = [c for c in active if s < steps[c]]
+        g, loss = grad_and_loss(W, x[rows_t[s]], y[rows_t[s]], mask_t[s])
+        total += loss.double() * torch.tensor([s < n for n in steps], dtype=torch.float64, device=dev) \
+            if len(active) < C else loss.double()
+        t_act = [t[c] for c in active]
+        torch._foreach_add_(t_act, 1.0)
+        torch._fused_adam_([W[c] for c in active], [g[c] for c in active], [m[c] for c in active],
+                           [v[c] for c in active], [], t_act, amsgrad=False, lr=float(lr), beta1=0.9,
+                           beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
+                           found_inf=None)
+    for c, st in enumerate(states or []):
+        st.update({"opt/m": m[c].clone(), "opt/v": v[c].clone(), "opt/t": t[c].clone()})
+    mean = (total.cpu() / torch.tensor(steps, dtype=torch.float64)).tolist()
+    return W, mean, steps
+
+
 def train_local(fm, opt: LocalOptimizer, data, rng: np.random.Generator, *, epochs: int, batch_size: int,
                 loss_fn=F.cross_entropy,
                 extra_loss: Callable[[torch.Tensor], torch.Tensor] | None = None,
