@@ -13,7 +13,7 @@ from typing import Callable
 import yaml
 
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "params.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
+COPY = ["Snakefile", "params.yaml", "params.smoke.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
         "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md", "reports/causes.yaml", "reports/evidence"]
 FMNIST_DEB = "/usr/share/datasets/fashion-mnist"
 
@@ -31,8 +31,19 @@ def require_fmnist(pytest) -> None:
         pytest.skip("Fashion-MNIST not available offline (apt-get install dataset-fashion-mnist)")
 
 
+def read_params(root: Path) -> dict:
+    """``root``'s params.yaml as written, with the ``smoke`` block of params.smoke.yaml beside it inline
+    (as fedbayes.config.with_smoke_overlay lays it; an inline block written back wins over the file)."""
+    p = yaml.safe_load((root / "params.yaml").read_text())
+    overlay = root / "params.smoke.yaml"
+    if overlay.exists() and "smoke" not in p:
+        p["smoke"] = yaml.safe_load(overlay.read_text())["smoke"]
+    return p
+
+
 def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None, scale: str = "smoke") -> Path:
-    """The workflow's files copied into ``dst``; params.yaml at ``scale``, then passed to ``edit``."""
+    """The workflow's files copied into ``dst``; params.yaml at ``scale`` (its smoke overlay inline), then
+    passed to ``edit``."""
     dst.mkdir(parents=True, exist_ok=True)
     for name in COPY:
         src = repo / name
@@ -43,7 +54,7 @@ def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None,
         dvc = (dst / "dvc.yaml").read_text()
         assert "  - reports_dir: reports\n" in dvc
         (dst / "dvc.yaml").write_text(dvc.replace("  - reports_dir: reports\n", f"  - reports_dir: reports/{scale}\n"))
-    p = yaml.safe_load((dst / "params.yaml").read_text())
+    p = read_params(dst)
     p["scale"] = scale
     if edit is not None:
         edit(p)

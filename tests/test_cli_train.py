@@ -17,23 +17,21 @@ import yaml
 
 from fedbayes import cli
 from fedbayes.config import partition_config, paths
+from dagutil import read_params
 
 SYNTH = {"dataset": "synthetic", "subsample": 1.0, "clients": 4, "partition": {"scheme": "iid"}, "rounds": 2,
          "report_rounds": [2], "model": {"name": "mlp", "hidden": [8], "activation": "relu"},
          "input_scale": "unit", "train": {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1},
-         "methods": ["fedavg"]}
+         "methods": {"fedavg": None}}
 
 
 @pytest.fixture
 def setup(tmp_path, repo):
     """A params.yaml with two small synthetic experiments, every output under ``tmp_path``."""
-    p = yaml.safe_load((repo / "params.yaml").read_text())
-    p["experiments"] = {"synth-a": SYNTH, "synth-b": {**SYNTH, "clients": 5}}
+    p = read_params(repo)
+    p["experiments"] = {"synth-a": {**SYNTH, "methods": {"fedavg": {"sweep": {"local_epochs": [1, 2]}}}},
+                        "synth-b": {**SYNTH, "clients": 5}}
     p["seeds"] = [0, 1]
-    p["methods"]["fedavg"]["overrides"] = {"synth-a": {"sweep": {"local_epochs": [1, 2]}}}
-    for m in list(p["methods"]):
-        if m != "fedavg":
-            p["methods"][m].pop("overrides", None)
     p["smoke"].pop("experiments", None)
     p["tables"] = {}
     p.pop("headline")
@@ -56,7 +54,7 @@ def part_file(p, experiment="synth-a", seed=0) -> Path:
 
 def train(d: Path, capsys, experiment="synth-a", method="fedavg", point="local_epochs=1", seed=0,
           partition=None, out=None) -> tuple[int, str]:
-    p = yaml.safe_load((d / "params.yaml").read_text())
+    p = read_params(d)
     argv = ["train", "--params", str(d / "params.yaml"), "--experiment", experiment, "--method", method,
             "--point", point, "--seed", str(seed), "--threads", "1",
             "--partition", str(partition or part_file(p, experiment, seed)),
@@ -188,7 +186,7 @@ def test_own_stale_partition_is_rewritten_and_the_run_trains(setup, capsys, monk
 
 def test_a_second_trainer_on_a_run_directory_fails_at_once(setup, tmp_path):
     d, p = setup
-    params = yaml.safe_load((d / "params.yaml").read_text())
+    params = read_params(d)
     params["experiments"]["synth-a"]["rounds"] = 500  # long enough to be running while the second starts
     params["experiments"]["synth-a"]["report_rounds"] = [500]
     (d / "params.yaml").write_text(yaml.safe_dump(params))
@@ -298,7 +296,7 @@ def test_read_only_data_directory_is_read_without_a_lock(setup, capsys):
                 pytest.skip(f"cannot bind-mount read-only here: {r.stderr.strip()}")
             try:
                 subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=False)
-                q = yaml.safe_load((d / "params.yaml").read_text())
+                q = read_params(d)
                 q["paths"]["raw"] = str(ro)
                 (d / "params.yaml").write_text(yaml.safe_dump(q))
                 rc, err = train(d, capsys, seed=1, partition=d / "part-seed1.npz", out=d / "run-seed1")

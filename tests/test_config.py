@@ -9,11 +9,12 @@ import yaml
 
 from fedbayes.config import (ConfigError, config_hash, load_params, method_hparams, paths,
                              run_config, save_rounds, seeds, sweep_points, validate)
+from dagutil import read_params
 
 
 @pytest.fixture
 def params(repo):
-    return yaml.safe_load((repo / "params.yaml").read_text())
+    return read_params(repo)
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def bad(params, schema, match):
 
 
 def test_unknown_method(params, schema):
-    params["experiments"]["fmnist10-iid-k10"]["methods"] = ["fedavg", "fedmagic"]
+    params["experiments"]["fmnist10-iid-k10"]["methods"] = {"fedavg": None, "fedmagic": None}
     bad(params, schema, r"unknown method 'fedmagic'.*implemented")
 
 
@@ -76,7 +77,7 @@ def test_mc_window_off_needs_final_round_statistics(params, schema):
     del p["experiments"]["fmnist-shards-k200"]["selection"]
     bad(p, schema, r"fmnist-shards-k200: methods.fedivon has mc_window: false.*selection.statistic: final")
     p = copy.deepcopy(params)
-    p["methods"]["fedivon"]["overrides"]["fmnist10-iid-k10"]["mc_window"] = False
+    p["experiments"]["fmnist10-iid-k10"]["methods"]["fedivon"]["mc_window"] = False
     bad(p, schema, r"tables.table1: statistic mean_last3 needs rounds R-2..R of \['fedivon'\] on fmnist10-iid-k10")
 
 
@@ -103,13 +104,14 @@ def test_sweep_points_and_overrides(params):
     assert list(sweep_points(params, "mnist-iid-k10", "fedavg"))[:3] == [
         "local_epochs=1+lr=0.001", "local_epochs=1+lr=0.01", "local_epochs=5+lr=0.001"]
     p = copy.deepcopy(params)
-    p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 2], "lr": [0.1, 0.01]},
-                              "overrides": {"fmnist10-dir-k10": {"sweep": {"lr": [0.5]}}}}
+    p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 2], "lr": [0.1, 0.01]}}
+    p["experiments"]["fmnist10-iid-k10"]["methods"]["fedavg"] = None
+    p["experiments"]["fmnist10-dir-k10"]["methods"]["fedavg"] = {"sweep": {"lr": [0.5]}}
     assert list(sweep_points(p, "fmnist10-iid-k10", "fedavg")) == [
         "local_epochs=1+lr=0.1", "local_epochs=1+lr=0.01", "local_epochs=2+lr=0.1", "local_epochs=2+lr=0.01"]
     assert method_hparams(p, "fmnist10-iid-k10", "fedavg", "local_epochs=2+lr=0.1")["lr"] == 0.1
     assert list(sweep_points(p, "fmnist10-dir-k10", "fedavg")) == ["lr=0.5"]
-    p["methods"]["fedavg"] = None
+    p["methods"]["fedavg"] = p["experiments"]["fmnist10-dir-k10"]["methods"]["fedavg"] = None
     assert list(sweep_points(p, "fmnist10-dir-k10", "fedavg")) == ["default"]
     with pytest.raises(ConfigError, match="no sweep point 'lr=9'"):
         method_hparams(p, "fmnist10-dir-k10", "fedavg", "lr=9")
@@ -123,7 +125,9 @@ def test_unknown_sweep_key_is_refused(params, schema):
 def test_method_hparams_precedence(params):
     p = copy.deepcopy(params)
     p["experiments"]["fmnist10-iid-k10"]["train"]["lr"] = 0.01
-    p["methods"]["fedavg"] = {"local_epochs": 7, "overrides": {"fmnist10-dir-k10": {"local_epochs": 2}}}
+    p["methods"]["fedavg"] = {"local_epochs": 7}
+    p["experiments"]["fmnist10-iid-k10"]["methods"]["fedavg"] = None
+    p["experiments"]["fmnist10-dir-k10"]["methods"]["fedavg"] = {"local_epochs": 2}
     assert method_hparams(p, "fmnist10-iid-k10", "fedavg")["local_epochs"] == 7
     assert method_hparams(p, "fmnist10-iid-k10", "fedavg")["lr"] == 0.01
     assert method_hparams(p, "fmnist10-dir-k10", "fedavg")["local_epochs"] == 2
@@ -197,7 +201,7 @@ def test_selection_from_reuses_the_source_grid_and_runs_none(params, schema):
 
 
 def test_selection_from_needs_the_methods_in_the_source(params, schema):
-    params["experiments"]["fmnist-dir-k100"]["methods"] = ["fedavg", "fedadmm"]
+    params["experiments"]["fmnist-dir-k100"]["methods"] = {"fedavg": None, "fedadmm": None}
     bad(params, schema, r"selection_from 'fmnist10-dir-k10' lacks methods \['fedadmm'\]")
 
 
@@ -223,13 +227,13 @@ def test_smoke_experiment_and_hparam_overrides(params):
 def test_method_seeds_in_an_experiment(params, schema):
     from fedbayes.config import run_config
 
-    params["methods"]["fedlap_func"]["overrides"]["fmnist10-dir-k10"]["seeds"] = [0, 1]
+    params["experiments"]["fmnist10-dir-k10"]["methods"]["fedlap_func"]["seeds"] = [0, 1]
     validate(params, schema)
     assert seeds(params, "fmnist10-dir-k10", "fedlap_func") == [0, 1]
     assert seeds(params, "fmnist10-dir-k10", "fedlap") == params["seeds"]
     point = next(iter(sweep_points(params, "fmnist10-dir-k10", "fedlap_func")))
     assert "seeds" not in run_config(params, "fmnist10-dir-k10", "fedlap_func", 0, point)["hparams"]
-    params["methods"]["fedlap_func"]["overrides"]["fmnist10-dir-k10"]["seeds"] = [1]
+    params["experiments"]["fmnist10-dir-k10"]["methods"]["fedlap_func"]["seeds"] = [1]
     bad(params, schema, r"seeds \[1\] must be the first seeds")
 
 
@@ -265,8 +269,8 @@ def test_nonpositive_rounds(params, schema):
 
 
 def test_negative_learning_rate(params, schema):
-    params["methods"]["fedprox"]["overrides"]["fmnist10-iid-k10"]["lr"] = -0.01
-    bad(params, schema, r"methods\.fedprox\.overrides\.fmnist10-iid-k10\.lr")
+    params["experiments"]["fmnist10-iid-k10"]["methods"]["fedprox"]["lr"] = -0.01
+    bad(params, schema, r"experiments\.fmnist10-iid-k10\.methods\.fedprox\.lr")
 
 
 def test_table_naming_a_run_that_cannot_exist(params, schema):
@@ -288,7 +292,7 @@ def edit_alpha(p):
 
 
 def edit_method(p):
-    p["experiments"]["fmnist10-dir-k10"]["methods"].append("fedmagic")
+    p["experiments"]["fmnist10-dir-k10"]["methods"]["fedmagic"] = None
 
 
 def edit_dataset(p):
@@ -331,7 +335,7 @@ def test_snakemake_refuses_bad_params_before_any_job(tmp_path, repo, edit, key):
 
 @pytest.fixture(scope="module")
 def pristine(repo):
-    return (yaml.safe_load((repo / "params.yaml").read_text()),
+    return (read_params(repo),
             yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text()))
 
 
@@ -342,7 +346,8 @@ def _leaf_paths(p: dict) -> dict:
         x = ("experiments", e)
         sites += [(x + ("rounds",), "int"), (x + ("clients",), "int"), (x + ("subsample",), "fraction"),
                   (x + ("participation",), "fraction"), (x + ("report_rounds", 0), "int"),
-                  (x + ("dataset",), "name"), (x + ("methods", 0), "name"), (x + ("partition", "scheme"), "enum"),
+                  (x + ("dataset",), "name"), (x + ("partition", "scheme"), "enum"),
+                  (x + ("methods", next(iter(p["experiments"][e]["methods"]))), "mapping"),
                   (x + ("model", "name"), "name"), (x + ("input_scale",), "enum"), (x + ("train", "lr"), "pos"),
                   (x + ("train", "batch_size"), "int"), (x + ("train", "local_epochs"), "int"),
                   (x + ("train", "optimizer"), "enum")]
@@ -354,8 +359,8 @@ def _leaf_paths(p: dict) -> dict:
     # sweep-grid values: every item of a grid, fixed or per experiment, gets its hyperparameter's rule
     for m, spec in p["methods"].items():
         grids = [(("methods", m, "sweep"), (spec or {}).get("sweep"))]
-        grids += [(("methods", m, "overrides", e, "sweep"), (o or {}).get("sweep"))
-                  for e, o in ((spec or {}).get("overrides") or {}).items()]
+        grids += [(("experiments", e, "methods", m, "sweep"), (x["methods"][m] or {}).get("sweep"))
+                  for e, x in p["experiments"].items() if m in x["methods"]]
         for where, grid in grids:
             for k, values in (grid or {}).items():
                 if k in GRID_KINDS:
@@ -385,6 +390,7 @@ def _malformed(kind):
                               nonfinite),
         "enum": st.one_of(junk, word),
         "name": st.one_of(junk, word),
+        "mapping": st.one_of(st.booleans(), st.lists(st.integers(), max_size=2), word, st.integers()),
     }[kind]
 
 
@@ -540,7 +546,7 @@ def test_default_valued_hparams_are_left_out_of_the_run_configuration(params):
     p = copy.deepcopy(params)
     before = run_config(p, "fmnist-shards-k200", "fedavg", 0, "local_epochs=2")
     assert "client_optimizer" not in before["hparams"]  # the FedIVON protocol: fresh, declared in its override
-    p["methods"]["fedavg"]["overrides"]["fmnist-shards-k200"].pop("client_optimizer")
+    p["experiments"]["fmnist-shards-k200"]["methods"]["fedavg"].pop("client_optimizer")
     p["methods"]["fedavg"].pop("client_optimizer")
     assert run_config(p, "fmnist-shards-k200", "fedavg", 0, "local_epochs=2") == before
     assert run_config(params, "fmnist10-dir-k10", "fedavg", 0, "local_epochs=5")["hparams"]["client_optimizer"] == "persistent"
@@ -555,10 +561,10 @@ def test_default_valued_hparams_are_left_out_of_the_run_configuration(params):
     (("methods", "fedavg"), {"optimizer": ["adamw"]}, r"methods\.fedavg\.sweep\.optimizer\.0"),
     (("methods", "fedavg"), {"local_epochs": [5.0]}, r"methods\.fedavg\.sweep\.local_epochs\.0"),
     (("methods", "fedavg"), {"local_epochs": [0]}, r"methods\.fedavg\.sweep\.local_epochs\.0"),
-    (("methods", "fedprox", "overrides", "fmnist10-iid-k10"), {"alpha": [-1.0]},
-     r"methods\.fedprox\.overrides\.fmnist10-iid-k10\.sweep\.alpha\.0"),
-    (("methods", "fedlap", "overrides", "fmnist10-dir-k10"), {"delta": ["big"]},
-     r"methods\.fedlap\.overrides\.fmnist10-dir-k10\.sweep\.delta\.0"),
+    (("experiments", "fmnist10-iid-k10", "methods", "fedprox"), {"alpha": [-1.0]},
+     r"experiments\.fmnist10-iid-k10\.methods\.fedprox\.sweep\.alpha\.0"),
+    (("experiments", "fmnist10-dir-k10", "methods", "fedlap"), {"delta": ["big"]},
+     r"experiments\.fmnist10-dir-k10\.methods\.fedlap\.sweep\.delta\.0"),
 ])
 def test_sweep_grid_values_get_the_rule_of_their_hyperparameter(params, schema, where, grid, key):
     node = params
@@ -657,8 +663,8 @@ def test_names_that_would_be_silently_unused_are_refused(params, schema):
     p["smoke"]["hparams"]["sweep"] = {"lr": [0.1]}
     bad(p, schema, r"smoke\.hparams\.sweep")
     p = copy.deepcopy(params)
-    p["methods"]["fedprox"]["overrides"]["fmnist10-iid-k10"]["overrides"] = {"fmnist10-dir-k10": {"lr": 0.1}}
-    bad(p, schema, r"methods\.fedprox\.overrides\.fmnist10-iid-k10\.overrides")
+    p["experiments"]["fmnist10-iid-k10"]["methods"]["fedprox"]["overrides"] = {"fmnist10-dir-k10": {"lr": 0.1}}
+    bad(p, schema, r"experiments\.fmnist10-iid-k10\.methods\.fedprox: Additional properties .*'overrides'")
 
 
 # ------------------------------------------------------------------------------------------ YAML as written
@@ -712,8 +718,8 @@ def test_alias_bomb_is_refused_at_load(tmp_path, repo, bomb):
     import time
 
     text = (repo / "params.yaml").read_text()
-    assert "\nsmoke:\n" in text
-    text = text.replace("\nsmoke:\n", "\nsmoke:\n  notes:\n" + bomb, 1)
+    assert "\npaths:\n" in text
+    text = text.replace("\npaths:\n", "\npaths:\n  notes:\n" + bomb, 1)
     f = write_params(tmp_path, repo, text)
     t0 = time.perf_counter()
     with pytest.raises(ConfigError, match=r"params.yaml.*aliases expand to more than 10000 nodes"):
@@ -773,3 +779,48 @@ def test_headline_names_a_table_and_its_metrics(params, schema):
 def test_headline_metric_must_be_the_tables(params, schema):
     params["headline"]["metrics"] = ["test/acc", "test/mce"]
     bad(params, schema, r"headline.metrics: test/mce is not a metric of tables.table1")
+
+
+def test_the_earlier_layout_is_read_as_todays(params, schema):
+    """A params.yaml written before experiments held their methods' values (an experiment's methods a list,
+    per-experiment values under methods.<m>.overrides.<e>) loads as the same configuration; a pair set in
+    both places is refused, naming both keys."""
+    from fedbayes.config import upgrade_layout
+
+    old = copy.deepcopy(params)
+    for e, x in old["experiments"].items():
+        for m, over in x["methods"].items():
+            if over is not None:
+                old["methods"][m] = dict(old["methods"][m] or {})
+                old["methods"][m].setdefault("overrides", {})[e] = over
+        x["methods"] = list(x["methods"])
+    assert any("overrides" in (s or {}) for s in old["methods"].values())
+    upgrade_layout(old)
+    validate(old, schema)
+    for e in params["experiments"]:
+        assert old["experiments"][e]["methods"] == params["experiments"][e]["methods"]
+        for m in params["experiments"][e]["methods"]:
+            for point in sweep_points(params, e, m):
+                assert run_config(old, e, m, 0, point) == run_config(params, e, m, 0, point)
+    both = copy.deepcopy(params)
+    both["methods"]["fedavg"]["overrides"] = {"fmnist10-iid-k10": {"lr": 0.1}}
+    with pytest.raises(ConfigError, match=r"experiments\.fmnist10-iid-k10\.methods\.fedavg and "
+                                          r"methods\.fedavg\.overrides\.fmnist10-iid-k10"):
+        upgrade_layout(both)
+
+
+def test_smoke_settings_come_from_the_overlay_file(repo, tmp_path):
+    """params.smoke.yaml beside params.yaml holds the smoke scale; a `smoke:` block of params.yaml's own wins
+    key by key; an overlay that holds anything but `smoke` is refused, naming the file."""
+    overlay = yaml.safe_load((repo / "params.smoke.yaml").read_text())
+    assert "smoke" not in yaml.safe_load((repo / "params.yaml").read_text())
+    assert load_params(repo / "params.yaml")["smoke"] == overlay["smoke"]
+    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p["smoke"] = {"seeds": [0]}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    (tmp_path / "params.smoke.yaml").write_text((repo / "params.smoke.yaml").read_text())
+    smoke = load_params(tmp_path / "params.yaml", scale="smoke")
+    assert seeds(smoke) == [0] and smoke["smoke"]["sweep_limit"] == overlay["smoke"]["sweep_limit"]
+    (tmp_path / "params.smoke.yaml").write_text(yaml.safe_dump({**overlay, "seeds": [5]}))
+    with pytest.raises(ConfigError, match=r"params\.smoke\.yaml: holds the smoke overlay only.*'seeds'"):
+        load_params(tmp_path / "params.yaml")

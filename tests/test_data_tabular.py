@@ -17,6 +17,7 @@ from fedbayes.data.tabular import (
     flamby_centres,
     pin_md5,
 )
+from dagutil import read_params
 
 HEART_FILES = ["processed.cleveland.data", "processed.hungarian.data",
                "processed.switzerland.data", "processed.va.data"]
@@ -292,7 +293,7 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     pinned(monkeypatch, "flamby_heart", mirror)
     root = tmp_path / "raw"
     fetch("flamby_heart", root=root, mirrors=[str(mirror)], download=False)
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     p["paths"]["raw"] = str(root)
     part = tmp_path / "seed0.npz"
     written = write_partition(p, "flamby-heart-k4", 0, str(part))
@@ -303,7 +304,7 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
         assert got[1] == meta and all(np.array_equal(a, b) for a, b in zip(got[0], parts, strict=True))
     p["experiments"]["flamby-heart-k4"]["rounds"] = 3
     p["experiments"]["flamby-heart-k4"]["report_rounds"] = [3]
-    point = next(iter(p["methods"]["fedlap_cov"]["overrides"]["flamby-heart-k4"]["sweep"]))  # grid keys
+    point = next(iter(p["experiments"]["flamby-heart-k4"]["methods"]["fedlap_cov"]["sweep"]))  # grid keys
     cfg = run_config(p, "flamby-heart-k4", "fedlap_cov", 0, "delta=1.0+local_epochs=1+lr=0.01")
     assert point in cfg["hparams"] and cfg["model"] == {"name": "logistic"} and cfg["hparams"]["batch_size"] == 4
     import torch

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from dagutil import copy_repo, require_fmnist
+from dagutil import read_params
 
 BIN = Path(sys.executable).parent
 
@@ -47,7 +48,7 @@ def test_dvc_yaml_declares_the_headline_metrics_and_plots(repo):
     from fedbayes.reports.headline import plot_files
 
     d = yaml.safe_load((repo / "dvc.yaml").read_text())
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     root = d["vars"][0]["reports_dir"]
     assert root == p["paths"]["reports"]
     sub = lambda s: s.replace("${reports_dir}", root)  # noqa: E731

@@ -38,11 +38,11 @@ def synthetic_params(p: dict) -> None:
     base.update({"dataset": "synthetic", "subsample": 1.0, "clients": 4, "rounds": 4, "report_rounds": [4],
                  "model": {"name": "mlp", "hidden": [32], "activation": "relu"}, "input_scale": "unit",
                  "train": {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1},
-                 "methods": ["fedavg", "fedprox"]})
-    p["experiments"] = {"synth-k4": base, LONG: {**base, "rounds": 12, "report_rounds": [12], "methods": ["fedavg"]}}
+                 "methods": {"fedavg": {"sweep": {"local_epochs": [1]}},
+                             "fedprox": {"optimizer": "sgd", "lr": 1.0e8, "sweep": {"alpha": [0.01]}}}})
+    p["experiments"] = {"synth-k4": base, LONG: {**base, "rounds": 12, "report_rounds": [12],
+                                                 "methods": {"fedavg": {"sweep": {"local_epochs": [1]}}}}}
     p["seeds"] = [0, 1]
-    p["methods"]["fedavg"]["overrides"] = {e: {"sweep": {"local_epochs": [1]}} for e in p["experiments"]}
-    p["methods"]["fedprox"]["overrides"] = {"synth-k4": {"optimizer": "sgd", "lr": 1.0e8, "sweep": {"alpha": [0.01]}}}
     table = {k: v for k, v in p["tables"]["table1"].items() if k != "notes"}
     table.update({"title": "fault tests", "experiments": ["synth-k4"], "methods": ["fedavg", "fedprox"],
                   "metrics": ["test/acc", "test/nll"], "published": []})

@@ -14,6 +14,7 @@ import yaml
 from dagutil import copy_repo, mtimes, require_fmnist, sh
 
 from fedbayes.config import selection_seeds
+from dagutil import read_params
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     assert sh("git status --porcelain --untracked-files=all", workdir).strip() == ""
     assert not (workdir / "reports/table1.csv").exists() and not (workdir / "reports/figures").exists()
     assert "round   3/3" in out  # per-round progress reaches the console
-    p = yaml.safe_load((workdir / "params.yaml").read_text())
+    p = read_params(workdir)
     seeds, exps = p["smoke"]["seeds"], p["tables"]["table1"]["experiments"]
     methods = p["tables"]["table1"]["methods"]
     df = pd.read_csv(workdir / "reports/smoke/table1.csv")
@@ -65,7 +66,7 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
         sweep = pd.read_csv(workdir / f"reports/smoke/sweeps/{e}.csv")
         for m in dict.fromkeys(m.split("@")[0] for m in methods):  # bayesadmm@mean is bayesadmm's run
             s = sweep[sweep.method == m]
-            grid = p["methods"][m].get("overrides", {}).get(e, {}).get("sweep") or p["methods"][m].get("sweep", {})
+            grid = (p["experiments"][e]["methods"][m] or {}).get("sweep") or p["methods"][m].get("sweep", {})
             assert len(s) == min(p["smoke"]["sweep_limit"], len(list(itertools.product(*grid.values()))))
             assert s.selected.sum() == 1 and s.value.max() == s[s.selected].value.iloc[0]
             chosen = s[s.selected].point.iloc[0]
@@ -146,7 +147,7 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     before_other |= mtimes(workdir, "results/runs/smoke/*/bayesadmm/*/*/history.csv")
     table_before = (workdir / "reports/smoke/table1.csv").read_text()
 
-    p = yaml.safe_load((workdir / "params.yaml").read_text())
+    p = read_params(workdir)
     p["methods"]["fedavg"]["lr"] = 0.003  # a FedAvg hyperparameter (smoke overrides local_epochs)
     (workdir / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     out = sh("dvc repro " + STAGES, workdir)
@@ -194,7 +195,7 @@ def test_dvc_remote_fresh_clone_pulls_and_adopts_without_recomputing(workdir, tm
     assert "Data and pipelines are up to date" in sh("dvc status " + STAGES, clone)
     # the clone has no record of the params its runs were made with: an edit still reaches them, through
     # the configuration each run.json records (the train rule's `changed` marker)
-    p = yaml.safe_load((clone / "params.yaml").read_text())
+    p = read_params(clone)
     p["experiments"]["fmnist10-iid-k10"]["train"]["lr"] *= 2
     (clone / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     plan = sh("snakemake -n --cores 2 reports/smoke/table1.csv", clone)

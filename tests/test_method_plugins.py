@@ -23,6 +23,7 @@ import pytest
 import torch
 import yaml
 from dagutil import copy_repo, require_fmnist, sh
+from dagutil import read_params
 
 FIXTURE = Path(__file__).parent / "fixtures" / "example_method"
 KEY = "fedavg_slr"
@@ -53,14 +54,15 @@ def add_method(p: dict, experiment: str = "fmnist10-iid-k10") -> None:
     """params.yaml lines of the outside method: its settings (a sweep over its own hyperparameter) and
     the experiment and table that run it beside FedAvg."""
     p["methods"][KEY] = {"client_optimizer": "persistent", "sweep": {"server_step": [0.5, 2.0]}}
-    p["experiments"] = {experiment: {**p["experiments"][experiment], "methods": ["fedavg", KEY]}}
+    fedavg = p["experiments"][experiment]["methods"]["fedavg"]
+    p["experiments"] = {experiment: {**p["experiments"][experiment], "methods": {"fedavg": fedavg, KEY: None}}}
     p["tables"] = {"example": {"title": "FedAvg and FedAvg with a server learning rate", "experiments": [experiment],
                                "methods": ["fedavg", KEY], "statistic": "mean_last3", "metrics": ["test/acc", "test/nll"]}}
     p["headline"] = {"table": "example", "metrics": ["test/acc", "test/nll"], "curves": ["test/acc"]}
 
 
 def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, repo):
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     add_method(p)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
     code = ("import json, sys; from fedbayes.config import load_params; "
@@ -144,9 +146,9 @@ def test_smoke_dag_runs_an_outside_method_into_a_table_beside_fedavg(tmp_path, r
         tagged = db.execute("select count(*) from tags where key = 'method' and value = ?", (KEY,)).fetchone()[0]
     assert tagged == len(runs)
     # the built-in runs are untouched by the plugin: without it, nothing of FedAvg's is planned again
-    p = yaml.safe_load((work / "params.yaml").read_text())
+    p = read_params(work)
     p["tables"]["example"]["methods"] = ["fedavg"]
-    p["experiments"]["fmnist10-iid-k10"]["methods"] = ["fedavg"]
+    del p["experiments"]["fmnist10-iid-k10"]["methods"][KEY]
     del p["methods"][KEY]
     (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     plan = sh("snakemake -n reports/smoke/example.csv", work)

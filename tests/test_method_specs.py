@@ -80,7 +80,7 @@ def test_derived_schema_is_what_was_hand_kept(repo):
 
     raw = yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text())
     defs = complete_schema(raw)["$defs"]
-    own = {"sweep", "seeds", "overrides"}   # the schema file's own keys of methods.<m>
+    own = {"sweep", "seeds"}   # the schema file's own keys of methods.<m>
     assert {k: v for k, v in defs["hparams"]["properties"].items() if k not in own} == HPARAM_RULES
     assert set(defs["hparams"]["properties"]) - set(HPARAM_RULES) == own
     assert set(defs["grid"]["propertyNames"]["enum"]) == set(SWEEPABLE)
@@ -160,3 +160,18 @@ def test_fixed_hyperparameters_are_enforced():
     assert m.hp["variant"] == "M" and type(m).__name__ == "FedSEPM" and m.variants == EP and m.p.variant == "M"
     with pytest.raises(ValueError, match="fedsep_m: variant is fixed to 'M', got 'I'"):
         build_method("fedsep_m", fm, {"optimizer": "sgd", "variant": "I"}, np.array([3]))
+
+
+def test_fedbayes_methods_lists_the_specs_and_one_methods_defaults(capsys):
+    """`fedbayes methods [KEY]`: the defaults params.yaml overrides, read from the method's spec."""
+    from fedbayes import cli
+    from fedbayes.catalog import METHOD_SPECS
+
+    cli.main(["methods"])
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == list(METHOD_SPECS)
+    cli.main(["methods", "fedprox"])
+    out = capsys.readouterr().out
+    alpha = METHOD_SPECS["fedprox"].params.field("alpha")
+    assert "alpha" in out and alpha.metadata["doc"] in out and "[sweepable]" in out
+    with pytest.raises(SystemExit):
+        cli.main(["methods", "fedmagic"])

@@ -12,6 +12,7 @@ import yaml
 from fedbayes.reports.published import load_paper, published_value
 from fedbayes.reports.selection import select, sweep_frame, write_selection
 from fedbayes.reports.tables import build_table, cell_value
+from dagutil import read_params
 
 
 def fake_metrics(exp, method, seed, accs: dict, nlls: dict):
@@ -62,7 +63,7 @@ def write_run(d, exp, seed, acc, nll):
 @pytest.fixture
 def table_params(repo, tmp_path):
     """Fake finished runs: a 3-point local_epochs sweep on seed 0 (E=5 best), E=5 on every seed."""
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     p["paths"] = {**p["paths"], "runs": str(tmp_path / "runs"), "reports": str(tmp_path / "reports"),
                   "work": str(tmp_path / "work")}
     (tmp_path / "work" / "data").mkdir(parents=True)
@@ -71,7 +72,7 @@ def table_params(repo, tmp_path):
     p["methods"]["fedavg"] = {"sweep": {"local_epochs": [1, 5, 10]}}
     p["tables"]["table1"]["methods"] = ["fedavg"]
     for exp in p["tables"]["table1"]["experiments"]:
-        p["experiments"][exp]["methods"] = ["fedavg"]
+        p["experiments"][exp]["methods"] = {"fedavg": None}
         p["experiments"][exp].pop("selection", None)  # select on the first seed (the grid ran there only)
     rng = np.random.default_rng(0)
     rounds = list(range(0, 51))
@@ -179,7 +180,7 @@ def fedlap_params(table_params, tmp_path):
         {"dataset": "mnist", "available": False, "reason": "file train-images: no source gave a verified copy:\n..."}))
     p["methods"]["fedprox"] = {"sweep": {"alpha": [0.1]}}
     exp = "fmnist10-iid-k10"
-    p["experiments"][exp]["methods"] = ["fedavg", "fedprox"]
+    p["experiments"][exp]["methods"] = {"fedavg": p["experiments"][exp]["methods"].get("fedavg"), "fedprox": None}
     for s in p["seeds"]:
         top = 0.80 if s != 1 else 0.77
         write_run(tmp_path / "runs" / exp / "fedprox" / "alpha=0.1" / f"seed{s}", exp, s,
@@ -237,7 +238,7 @@ def test_running_average_statistics_match_pandas_rolling():
 def test_not_comparable_table_prints_the_published_numbers_only(repo, tmp_path):
     """FedEP Table 3 (StackOverflow, no faithful substitute): every cell reads "not comparable" beside
     the paper's number, the reason is stated, and no learning-curve figure is drawn."""
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     p["paths"] = {**p["paths"], "reports": str(tmp_path / "reports"), "work": str(tmp_path / "work")}
     out = tmp_path / "reports" / "fedep" / "table3.csv"
     df = build_table(p, "fedep/table3", out)

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from dagutil import copy_repo, mtimes, sh
 from test_faults import synthetic_params
+from dagutil import read_params
 
 TABLE = "reports/faults.csv"
 TRAIN_OUT = re.compile(r"results/runs/([^/\s]+)/(\w+)/([^/\s]+)/seed(\d+)/history\.csv")
@@ -90,7 +91,7 @@ def test_a_core_numerics_bump_reruns_every_run(built):
     catalog = built / "src/fedbayes/catalog.py"
     catalog.write_text(catalog.read_text().replace("CORE_NUMERICS = 1", "CORE_NUMERICS = 2"))
     # the sweep's runs; where the selection reads the first seed only, the other seeds wait behind it
-    sel_all = yaml.safe_load((built / "params.yaml").read_text())["experiments"]["synth-k4"].get(
+    sel_all = read_params(built)["experiments"]["synth-k4"].get(
         "selection", {}).get("seeds") == "all"
     assert planned_training(built) == {r for r in all_runs(built) if sel_all or r[3] == "0"}
     before = mtimes(built, "results/runs/*/*/*/*/history.csv")

@@ -21,7 +21,7 @@ EXP = "fmnist10-iid-k10"
 def narrow_table1(p: dict) -> None:
     """table1 cut to one experiment and FedAvg: 2 sweep points on seed 0, the selected one on seed 1."""
     p["tables"]["table1"].update({"experiments": [EXP], "methods": ["fedavg"]})
-    p["experiments"][EXP]["methods"] = ["fedavg"]
+    p["experiments"][EXP]["methods"] = {"fedavg": p["experiments"][EXP]["methods"]["fedavg"]}
 
 
 def free_port() -> int:

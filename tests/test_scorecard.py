@@ -10,6 +10,7 @@ import yaml
 from fedbayes.reports.published import load_paper
 from fedbayes.reports.scorecard import VERDICTS, build_scorecard, check_claim, verdict
 from fedbayes.reports.tables import _within
+from dagutil import read_params
 
 
 def row(**kw):
@@ -63,7 +64,7 @@ def _recount(path):
 
 def test_scorecard_counts_equal_a_recount_of_the_committed_tables(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(repo)
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     counts = build_scorecard(p, tmp_path / "README.md")
     for name in p["tables"]:
         assert counts[name] == _recount(repo / "reports" / f"{name}.csv"), name
@@ -78,7 +79,7 @@ def test_scorecard_counts_equal_a_recount_of_the_committed_tables(repo, tmp_path
 def test_committed_scorecard_is_built_from_the_committed_tables(repo, tmp_path, monkeypatch):
     """reports/README.md is what the committed tables give (rebuild: snakemake --cores all reports/README.md)."""
     monkeypatch.chdir(repo)
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     build_scorecard(p, tmp_path / "README.md")
     expected = (tmp_path / "README.md").read_text()
     assert (repo / "reports" / "README.md").read_text() == expected
@@ -110,7 +111,7 @@ def test_claim_checks_direction_margin_and_what_cannot_be_tested():
 
 
 def test_every_claim_names_cells_of_its_table(repo):
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     papers = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
     n = 0
     for paper in papers:
@@ -129,7 +130,7 @@ def test_scorecard_does_not_depend_on_the_order_of_the_tables_in_params(repo, tm
     """The workflow hands the CLI params with sorted keys: the scorecard (distinct cells' verdicts
     included) must not change with the order of `tables` (it did: 164 vs 149 cells within)."""
     monkeypatch.chdir(repo)
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     a = build_scorecard(p, tmp_path / "a.md")
     b = build_scorecard({**p, "tables": dict(reversed(list(p["tables"].items())))}, tmp_path / "b.md")
     assert a == b and (tmp_path / "a.md").read_text() == (tmp_path / "b.md").read_text()

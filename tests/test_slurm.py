@@ -30,6 +30,7 @@ import pandas as pd
 import pytest
 import yaml
 from dagutil import copy_repo, require_fmnist, sh
+from dagutil import read_params
 
 pytestmark = pytest.mark.slurm
 
@@ -95,7 +96,8 @@ def cluster_profile(repo: Path, dst: Path) -> Path:
 def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     def edit(p):
         p["tables"]["table1"].update(experiments=[EXPERIMENT], methods=METHODS)
-        p["experiments"][EXPERIMENT]["methods"] = ["fedavg", "bayesadmm"]  # its sweep report: these two
+        p["experiments"][EXPERIMENT]["methods"] = {m: p["experiments"][EXPERIMENT]["methods"][m]   # its sweep
+                                                   for m in ("fedavg", "bayesadmm")}              # report: these two
 
     work = copy_repo(repo, tmp_path / "repo", edit)
     profile = cluster_profile(repo, tmp_path / "profile")
@@ -106,7 +108,7 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     run_id = re.search(r"SLURM run ID: (\S+)", out).group(1)
 
     # the table: one experiment, the three methods, both smoke seeds
-    p = yaml.safe_load((work / "params.yaml").read_text())
+    p = read_params(work)
     seeds = p["smoke"]["seeds"]
     df = pd.read_csv(work / "reports/smoke/table1.csv")
     assert set(df.experiment) == {EXPERIMENT} and set(df.method) == set(METHODS)
@@ -121,7 +123,7 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     expected_runs = set()
     for m in ("fedavg", "bayesadmm"):
         s = sweep[sweep.method == m]
-        grid = p["methods"][m].get("overrides", {}).get(EXPERIMENT, {}).get("sweep") or p["methods"][m].get("sweep", {})
+        grid = (p["experiments"][EXPERIMENT]["methods"][m] or {}).get("sweep") or p["methods"][m].get("sweep", {})
         assert len(s) == min(p["smoke"]["sweep_limit"], len(list(itertools.product(*grid.values()))))
         chosen = s[s.selected].point.iloc[0]
         expected_runs |= {(m, pt, seeds[0]) for pt in s.point} | {(m, chosen, sd) for sd in seeds}

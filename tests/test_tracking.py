@@ -22,7 +22,7 @@ def store(tmp_path, repo, monkeypatch):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    p = yaml.safe_load((repo / "params.yaml").read_text())
+    p = read_params(repo)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
@@ -72,6 +72,7 @@ from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pandas as pd  # noqa: E402
+from dagutil import read_params
 
 KEY = "paper/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
 

@@ -32,8 +32,33 @@ def cmd_validate(args) -> None:
     for name in p["experiments"]:
         e = experiment_config(p, name)
         print(f"{name}: {e['dataset']} × {e['clients']} clients, {e['partition']['scheme']}, "
-              f"{e['rounds']} rounds, methods {e['methods']}")
+              f"{e['rounds']} rounds, methods {', '.join(e['methods'])}")
     print(f"params.yaml is valid (scale {p['scale']}, seeds {seeds(p)})")
+
+
+def cmd_methods(args) -> None:
+    """The methods this installation knows (built-in and installed packages') and, for one, every
+    hyperparameter with its code default and what it does: the values params.yaml's `methods.<m>` and
+    `experiments.<e>.methods.<m>` override."""
+    import dataclasses
+
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.config import ConfigError
+    from fedbayes.methods.spec import REQUIRED
+
+    if args.method is None:
+        for key, spec in METHOD_SPECS.items():
+            variants = ", ".join(f"@{v}" for v in spec.variants if v)
+            print(f"{key:12s} {spec.doc}" + (f" (predictions: {variants})" if variants else ""))
+        return
+    if args.method not in METHOD_SPECS:
+        raise ConfigError(f"unknown method {args.method!r}; known: {sorted(METHOD_SPECS)}")
+    spec = METHOD_SPECS[args.method]
+    print(f"{spec.key}: {spec.doc}\n  implementation {spec.implementation}, numerics version {spec.numerics}"
+          + (f", fixed {dict(spec.fixed)}" if spec.fixed else ""))
+    for f in dataclasses.fields(spec.params):
+        default = "(required)" if f.default is REQUIRED else repr(f.default)
+        print(f"  {f.name:18s} {default:12s} {f.metadata['doc']}" + ("  [sweepable]" if f.metadata["sweep"] else ""))
 
 
 def cmd_data(args) -> None:
@@ -182,7 +207,7 @@ def check_train_args(p: dict, args) -> dict:
     exp, method, point, seed = args.experiment, args.method, args.point, args.seed
     if exp not in p["experiments"]:
         raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(p['experiments'])}")
-    methods = experiment_config(p, exp)["methods"]
+    methods = list(experiment_config(p, exp)["methods"])
     if method not in methods:
         raise ConfigError(f"--method {method!r}: not a method of experiments.{exp} (its methods: {methods})")
     points = list(sweep_points(p, exp, method))
@@ -347,7 +372,7 @@ def cmd_sweep_report(args) -> None:
     from fedbayes.reports.selection import sweep_frame
 
     p = _params(args)
-    df = sweep_frame(p, args.experiment, experiment_config(p, args.experiment)["methods"])
+    df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))
 
@@ -390,6 +415,10 @@ def main(argv=None) -> None:
 
     sp = with_params(sub.add_parser("validate", help="check params.yaml against the schema"))
     sp.set_defaults(fn=cmd_validate)
+
+    sp = sub.add_parser("methods", help="the known methods; with a key, its hyperparameters and code defaults")
+    sp.add_argument("method", nargs="?")
+    sp.set_defaults(fn=cmd_methods)
 
     sp = sub.add_parser("data", help="fetch and verify datasets into data/raw/<name>/")
     sp.add_argument("names", nargs="+")

@@ -71,12 +71,37 @@ def check_value(value: Any, rule: dict) -> str | None:
 
 
 def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
-    """Read, schema-check and semantically check params.yaml; apply ``scale`` (or params' own)."""
+    """Read, schema-check and semantically check params.yaml with its smoke overlay (``with_smoke_overlay``);
+    apply ``scale`` (or params' own)."""
     path = Path(path)
-    params = load_params_text(path)
+    params = with_smoke_overlay(upgrade_layout(load_params_text(path)), path)
     validate(params, _schema_for(path))
     if scale is not None:
         params["scale"] = scale
+    return params
+
+
+def smoke_overlay_path(params_path: str | Path) -> Path:
+    """The smoke overlay beside a params file: params.yaml -> params.smoke.yaml."""
+    p = Path(params_path)
+    return p.with_name(f"{p.stem}.smoke.yaml")
+
+
+def with_smoke_overlay(params: Any, params_path: str | Path) -> Any:
+    """``params`` with the ``smoke`` block of the overlay file beside it (params.smoke.yaml: how the same
+    DAG shrinks to a minute, `scale: smoke`); a ``smoke`` block of params' own is applied on top of it
+    (key by key), so a copy of params.yaml that carries its smoke settings inline (the DAG's effective
+    configuration, a test's edit) needs no overlay. The overlay may hold ``smoke`` and nothing else."""
+    overlay = smoke_overlay_path(params_path)
+    if not isinstance(params, dict) or not overlay.exists():
+        return params
+    extra = load_params_text(overlay)
+    if not isinstance(extra, dict) or set(extra) - {"smoke"}:
+        raise ConfigError(f"{overlay}: holds the smoke overlay only (a top-level `smoke:` block), "
+                          f"got {sorted(extra) if isinstance(extra, dict) else type(extra).__name__}")
+    own = params.get("smoke")
+    params["smoke"] = deep_merge(extra.get("smoke") or {}, own if isinstance(own, dict) else None) \
+        if own is None or isinstance(own, dict) else own
     return params
 
 
@@ -141,15 +166,43 @@ _Validator = jsonschema.validators.extend(
 
 
 def _grids(params: dict):
-    """(dotted path, grid) of every sweep grid: ``methods.<m>.sweep``, ``methods.<m>.overrides.<e>.sweep``."""
+    """(dotted path, grid) of every sweep grid: ``methods.<m>.sweep``, ``experiments.<e>.methods.<m>.sweep``."""
     for m, spec in (params.get("methods") or {}).items():
-        if not isinstance(spec, dict):
-            continue
-        yield ("methods", m, "sweep"), spec.get("sweep")
-        overrides = spec.get("overrides")
-        for e, over in (overrides.items() if isinstance(overrides, dict) else ()):
+        if isinstance(spec, dict):
+            yield ("methods", m, "sweep"), spec.get("sweep")
+    for e, exp in (params.get("experiments") or {}).items():
+        ms = exp.get("methods") if isinstance(exp, dict) else None
+        for m, over in (ms.items() if isinstance(ms, dict) else ()):
             if isinstance(over, dict):
-                yield ("methods", m, "overrides", e, "sweep"), over.get("sweep")
+                yield ("experiments", e, "methods", m, "sweep"), over.get("sweep")
+
+
+def upgrade_layout(params: Any) -> Any:
+    """params in the earlier layout (an experiment's ``methods`` a list; the values a method takes in one
+    experiment under ``methods.<m>.overrides.<e>``) in today's, in place: ``experiments.<e>.methods`` a
+    mapping method -> its values there (None: none). Values for a method the experiment does not run are
+    dropped, as the old layout ignored them; a pair set in both places is refused. Today's layout passes
+    through unchanged (and so does what is not a mapping: the schema check names it)."""
+    if not isinstance(params, dict) or not isinstance(params.get("experiments"), dict):
+        return params
+    old = {}
+    for m, spec in (params.get("methods") or {}).items():
+        if isinstance(spec, dict) and "overrides" in spec:
+            for e, over in (spec.pop("overrides") or {}).items():
+                old[(m, e)] = over
+    for e, exp in params["experiments"].items():
+        if not isinstance(exp, dict):
+            continue
+        if isinstance(exp.get("methods"), list):
+            exp["methods"] = {m: None for m in exp["methods"]}
+        ms = exp.get("methods")
+        for m in (ms if isinstance(ms, dict) else ()):
+            if (m, e) in old:
+                if ms[m] is not None:
+                    raise ConfigError(f"experiments.{e}.methods.{m} and methods.{m}.overrides.{e} both set "
+                                      f"{m}'s values in {e}; keep experiments.{e}.methods.{m}")
+                ms[m] = old[(m, e)]
+    return params
 
 
 def _grid_errors(validator, params: dict, schema: dict) -> list[tuple[list, str]]:
@@ -231,7 +284,7 @@ def check_semantics(params: dict) -> None:
             for m in e["methods"]:
                 ms = seeds(p, name, m)
                 if scale == "paper" and ms != seeds(p)[:len(ms)]:
-                    problems.append(f"methods.{m}.overrides.{name}: seeds {ms} must be the first seeds of {seeds(p)}")
+                    problems.append(f"experiments.{name}.methods.{m}: seeds {ms} must be the first seeds of {seeds(p)}")
             if any(r > e["rounds"] for r in e["report_rounds"]):
                 problems.append(f"{where}: report_rounds {e['report_rounds']} exceed rounds {e['rounds']}")
             problems += _window_problems(p, name, e)
@@ -296,20 +349,16 @@ def check_semantics(params: dict) -> None:
 
 def _unused_name_problems(params: dict, methods: dict) -> list[str]:
     """Settings no run would read (a misspelt name is otherwise silently ignored, its values lost). Settings
-    for an experiment that is not defined (methods.<m>.overrides.<e>, smoke.experiments.<e>) are kept: a
-    configuration may leave experiments out and keep the methods' settings (the fault tests do)."""
+    for an experiment that is not defined (smoke.experiments.<e>) are kept: a configuration may leave
+    experiments out and keep the smoke overlay (the fault tests do)."""
     out = []
     for m, spec in params.get("methods", {}).items():
         if m not in methods:
             out.append(f"methods.{m}: unknown method; implemented: {sorted(methods)}")
-        for e, over in ((spec or {}).get("overrides") or {}).items():
-            if "overrides" in (over or {}):
-                out.append(f"methods.{m}.overrides.{e}.overrides: overrides do not nest; "
-                           f"set methods.{m}.overrides.<experiment> for each experiment")
-    for k in ("sweep", "overrides", "seeds"):
+    for k in ("sweep", "seeds"):
         if k in (params.get("smoke", {}).get("hparams") or {}):
             out.append(f"smoke.hparams.{k}: not a hyperparameter (smoke.hparams sets values for every method; "
-                       f"a {k} belongs under methods.<m>{'' if k == 'overrides' else ' or methods.<m>.overrides.<e>'}"
+                       f"a {k} belongs under methods.<m> or experiments.<e>.methods.<m>"
                        f"{'; smoke seeds are smoke.seeds' if k == 'seeds' else ''})")
     return out
 
@@ -322,7 +371,7 @@ def _window_problems(params: dict, name: str, e: dict) -> list[str]:
     out = []
     for m in e["methods"]:
         spec = params.get("methods", {}).get(m) or {}
-        over = (spec.get("overrides") or {}).get(name) or {}
+        over = params["experiments"][name]["methods"][m] or {}
         grid = over.get("sweep") or spec.get("sweep") or {}
         smoke = (params.get("smoke", {}).get("hparams") or {}) if params.get("scale") == "smoke" else {}
         # read, not resolved (method_hparams deep-copies: this runs at every job's start, for every pair)
@@ -383,11 +432,11 @@ def selection_seeds(params: dict, experiment: str, method: str) -> list[int]:
 def seeds(params: dict, experiment: str | None = None, method: str | None = None) -> list[int]:
     """The run seeds: ``seeds`` (or ``smoke.seeds``); at paper scale a prefix of them can be set for
     runs too costly for every seed: per experiment (``experiments.<e>.seeds``) or per method in an
-    experiment (``methods.<m>.overrides.<e>.seeds``, which wins)."""
+    experiment (``experiments.<e>.methods.<m>.seeds``, which wins)."""
     if params.get("scale", "paper") == "smoke":
         return list(params.get("smoke", {}).get("seeds", params["seeds"]))
     if method is not None and experiment is not None:
-        over = ((params.get("methods", {}).get(method) or {}).get("overrides") or {}).get(experiment) or {}
+        over = params["experiments"][experiment]["methods"].get(method) or {}
         if over.get("seeds"):
             return list(over["seeds"])
     if experiment is not None and params["experiments"][experiment].get("seeds"):
@@ -411,9 +460,10 @@ DEFAULT_POINT = "default"
 
 
 def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict]:
-    """(fixed hyperparameters, sweep grid) of a method in an experiment, overrides applied."""
+    """(fixed hyperparameters, sweep grid) of a method in an experiment: its block under ``methods``, then
+    what the experiment sets for it (``experiments.<e>.methods.<m>``)."""
     spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
-    over = copy.deepcopy((spec.pop("overrides", None) or {}).get(experiment) or {})
+    over = copy.deepcopy(params["experiments"][experiment]["methods"].get(method) or {})
     grid = over.pop("sweep", spec.pop("sweep", None)) or {}
     over.pop("seeds", None), spec.pop("seeds", None)  # which seeds run (see seeds()), not a hyperparameter
     return deep_merge(spec, over), grid

@@ -17,9 +17,10 @@ PATHS = paths(config)
 RAW, PART, RUNS, WORK, REPORTS = (PATHS[k] for k in ("raw", "partitions", "runs", "work", "reports"))
 
 # The CLI reads the effective configuration (params.yaml plus --config overrides) from this file;
-# rewritten only when its content changes, so it never triggers reruns by itself.
+# rewritten only when its content changes, so it never triggers reruns by itself. Keys in params.yaml's
+# order: an experiment's methods are a mapping whose order is the order of its reports' rows.
 EFFECTIVE = Path(WORK) / "params.effective.yaml"
-_text = json.dumps(config, indent=1, sort_keys=True)
+_text = json.dumps(config, indent=1)
 if not EFFECTIVE.exists() or EFFECTIVE.read_text() != _text:
     EFFECTIVE.parent.mkdir(parents=True, exist_ok=True)
     EFFECTIVE.write_text(_text)

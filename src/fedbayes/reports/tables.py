@@ -233,7 +233,7 @@ def _delta(r, digits: int) -> str:
 
 
 def _header(p: dict, spec: dict, name: str) -> list[str]:
-    tol = ", ".join(f"{k} {v}" for k, v in spec.get("tolerance", {}).items())
+    tol = ", ".join(f"{k} {v}" for k, v in sorted(spec.get("tolerance", {}).items()))
     stat = STAT_TEXT[spec["statistic"]]
     if int(spec.get("running", 1)) > 1:
         stat += f", of the trailing {spec['running']}-round running average"
