@@ -143,3 +143,26 @@ def test_device_check_catches_a_planted_call(tmp_path):
     planted.write_text("import torch\nw = torch.tensor([1.0], dtype=torch.float32)\n"
                        "ok = torch.tensor([1.0]).to('cuda')\nok2 = torch.zeros(3, device=w.device)\n")
     assert [line for line, _ in device_less_factories(planted)] == [2]
+
+
+# A hyperparameter's default is written once, in its method's spec (``fedbayes.methods.builtin``): the
+# implementation reads ``self.p.<name>`` (typed, that default applied), never ``hp.get(name, <a default of its
+# own>)`` — the issue counted 79 such copies, with server_lr defaulting to 1e-3, 1.0 or 0.5 by where it was read.
+INLINE_DEFAULT = re.compile(r"""hp\.get\(\s*["']([a-z_0-9]+)["']\s*,\s*(?!\s|HPARAM_DEFAULTS|Hyperparameters\.field)""")
+NOT_HYPERPARAMETERS = {"lr_scale"}   # set by a method for the schedule it builds (IVON's h0 + δ), never by params.yaml
+
+
+def inline_defaults(path: Path) -> list[str]:
+    return [f"{path.name}:{path.read_text()[:m.start()].count(chr(10)) + 1}: {m.group(0)}…"
+            for m in INLINE_DEFAULT.finditer(path.read_text()) if m.group(1) not in NOT_HYPERPARAMETERS]
+
+
+def test_methods_write_no_hyperparameter_default_of_their_own():
+    found = [hit for path in sorted((SRC / "methods").glob("*.py")) for hit in inline_defaults(path)]
+    assert not found, "defaults written beside the spec's:\n" + "\n".join(found)
+
+
+def test_inline_default_check_catches_a_planted_one(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text('a = self.hp.get("server_lr", 1.0)\nb = hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"])\n')
+    assert len(inline_defaults(planted)) == 1

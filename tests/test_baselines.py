@@ -127,8 +127,9 @@ def test_fedbe_ensemble_pseudo_labels_and_distillation():
     assert len(teachers) == 1 + 4000            # the authors' run: mean + samples, no client models
     torch.testing.assert_close(teachers[0], mean)
     samples = torch.stack(teachers[1:])
-    m.hp["teacher_clients"] = True              # the FedBE paper's ensemble also holds the client models
-    with_clients = m.teachers(ws, torch.Generator().manual_seed(0))
+    paper = method("fedbe", fm, data, server_unlabeled=0.2, teacher_samples=4000, var_scale=0.1, server_epochs=0,
+                   teacher_clients=True)        # the FedBE paper's ensemble also holds the client models
+    with_clients = paper.teachers(ws, torch.Generator().manual_seed(0))
     assert len(with_clients) == 1 + 4000 + 3 and all(torch.equal(with_clients[-3 + k], ws[k]) for k in range(3))
     teachers = with_clients[:1] + with_clients[-3:] + with_clients[1:-3]
     torch.testing.assert_close(samples.var(0) / (0.1 * var), torch.ones_like(var), atol=0.15, rtol=0)
@@ -140,14 +141,17 @@ def test_fedbe_ensemble_pseudo_labels_and_distillation():
     out = m.server_update({"w": w0}, {k: {"w": w} for k, w in ws.items()}, 1)
     torch.testing.assert_close(out["w"], mean)
     # distillation moves the student (no temperature) towards the teachers' sharpened mean p̄^(1/T)
-    m.hp.update(server_epochs=30, server_lr=1.0, temperature=0.5, server_weight_decay=0.0)
+    # (hyperparameters are fixed for a method's life: each setting is a method of its own)
+    m = method("fedbe", fm, data, server_unlabeled=0.2, teacher_samples=4000, var_scale=0.1, server_epochs=30,
+               server_lr=1.0, temperature=0.5, server_weight_decay=0.0)
     p_bar = m.pseudo_labels(teachers[:6], x)
     target = p_bar.square() / p_bar.square().sum(-1, keepdim=True)
     kl = lambda w: float(F.kl_div(F.log_softmax(fm(w, x), -1), target, reduction="batchmean"))  # noqa: E731
     w = m.distil(mean, x, p_bar, torch.Generator().manual_seed(0))
     assert kl(w) < 0.5 * kl(mean)
     # one step is SGD on KL / C (the authors' mean over batch × classes) with weight decay
-    m.hp.update(server_epochs=1, server_batch_size=7, server_lr=0.3, server_weight_decay=0.01)
+    m = method("fedbe", fm, data, server_unlabeled=0.2, teacher_samples=4000, var_scale=0.1, server_epochs=1,
+               server_batch_size=7, server_lr=0.3, temperature=0.5, server_weight_decay=0.01)
     w1 = m.distil(mean, x, p_bar, torch.Generator().manual_seed(0))
     v = mean.clone().requires_grad_(True)
     (F.kl_div(F.log_softmax(fm(v, x), -1), target, reduction="batchmean") / target.shape[-1]).backward()

@@ -138,7 +138,8 @@ def test_mc_predictive_with_one_zero_variance_sample_is_the_point_prediction():
                                predict(f, {"w": w, "h": torch.zeros_like(w)}, x, variant="mean"), atol=1e-6)
     # real variance: many samples differ from the point prediction and are reproducible by seed
     server = {"w": w, "s": torch.full_like(w, 4.0)}
-    b.hp["pred_samples"] = 16
+    b = build_method("bayesadmm", fm, {"rho": 1.0, "tau": 1.0, "delta": 1.0, "h0": 1.0, "pred_samples": 16},
+                     np.array([1, 1]))
     mc = predict(b, server, x, seed=3)
     assert np.abs(mc - predict(b, server, x, variant="mean")).max() > 1e-2
     np.testing.assert_array_equal(mc, predict(b, server, x, seed=3, batch=7))

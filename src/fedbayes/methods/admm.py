@@ -46,7 +46,7 @@ class FedDyn(Method):
             [{"lam": torch.zeros_like(w0)} for _ in range(self.n_clients)]
 
     def client_update(self, k, down, state, data, rng, rnd):
-        w_g, lam, a, wd = down["w"], state["lam"], self.alpha_k(k), float(self.hp.get("weight_decay", 0.0))
+        w_g, lam, a, wd = down["w"], state["lam"], self.alpha_k(k), float(self.p.weight_decay)
 
         def extra_grad(w):  # ∇ [a λᵀw + (a/2)‖w − w_g‖² + (wd/2)‖w‖²]
             return a * lam + a * prox_grad(w, w_g, self.hp) + wd * w

@@ -22,6 +22,7 @@ The engine owns everything else (rounds, sampling, data, evaluation, checkpoints
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable
 
 import numpy as np
@@ -90,14 +91,23 @@ class Method:
 
     spec = None   # its MethodSpec (fedbayes.methods.spec), set by build_method
 
+    def __post_init__(self) -> None:
+        # a method's hyperparameters are fixed for its life (``p`` reads them once): a read-only view
+        self.hp = MappingProxyType(dict(self.hp))
+
     @property
     def p(self):
         """The run's hyperparameters as the spec's typed ``params`` (its defaults where params.yaml gives
-        none; validated on first use): ``self.p.server_lr`` instead of ``self.hp.get("server_lr", 1.0)``."""
+        none; validated on first use): ``self.p.server_lr``, the one default, written in the spec."""
         if "_p" not in self.__dict__:
-            if self.spec is None:
+            spec = self.spec
+            if spec is None:   # in __init__, before build_method sets it: the spec whose class this is
+                from fedbayes.methods.spec import method_specs
+
+                spec = next((s for s in method_specs().values() if s.load() is type(self)), None)
+            if spec is None:
                 raise AttributeError(f"{type(self).__name__}.p needs the method's spec (build it with build_method)")
-            self.__dict__["_p"] = self.spec.params.from_hparams(self.hp)
+            self.__dict__["_p"] = spec.params.from_hparams(self.hp)
         return self.__dict__["_p"]
 
     @property
@@ -124,8 +134,8 @@ class Method:
     def rho(self, k: int, rnd: int) -> float:
         """Dual damping ρ_k (FedLap family, App. E): ``data`` = N_k/N, ``uniform`` = 1/K;
         ``rho_switch_round: R`` switches from N_k/N to 1/K after round R (CIFAR-10)."""
-        kind = self.hp.get("rho", "data")
-        switch = self.hp.get("rho_switch_round")
+        kind = self.p.rho
+        switch = self.p.rho_switch_round
         if switch is not None and rnd > switch:
             kind = "uniform"
         if kind == "data":
@@ -189,19 +199,19 @@ class Method:
         """
         hp = self.hp
         w = w_start.detach().clone().requires_grad_(True)
-        opt = make_optimizer(hp.get("optimizer", "adam"), [w], hp["lr"])
+        opt = make_optimizer(self.p.optimizer, [w], hp["lr"])
         persistent = client_optimizer(hp) == "persistent"
         if persistent:
             if state is None:
                 raise TypeError(f"{type(self).__name__}: client_optimizer: persistent needs the client state "
                                 "passed to local_train")
             opt.load_state(state)
-        if hp.get("lr_schedule", "constant") != "constant":
+        if self.p.lr_schedule != "constant":
             from fedbayes.methods.ivon import lr_schedule
             opt.schedule = lr_schedule(hp, 1, 1)
         mean_loss, steps = train_local(self.fm, opt, data, rng, epochs=int(hp["local_epochs"]),
                                        batch_size=int(hp["batch_size"]), extra_loss=extra_loss,
-                                       extra_grad=extra_grad, clip=hp.get("grad_clip"))
+                                       extra_grad=extra_grad, clip=self.p.grad_clip)
         if persistent:
             state.update(opt.state())
         return LocalResult(w.detach(), mean_loss, steps)
@@ -213,7 +223,7 @@ def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[Clien
     (``methods.local.train_local_batched``): (weights (C, P), mean losses), or None where the
     hyperparameters ask for what the batched loop does not do (SGD, a learning-rate schedule, clipping)."""
     hp = method.hp
-    if hp.get("optimizer", "adam") != "adam" or hp.get("lr_schedule", "constant") != "constant" or hp.get("grad_clip"):
+    if method.p.optimizer != "adam" or method.p.lr_schedule != "constant" or method.p.grad_clip:
         return None
     W, losses, _ = train_local_batched(method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]),
                                        batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),

@@ -54,7 +54,7 @@ class BayesADMM(Method):
 
     def broadcast(self, server, rnd):
         down = {"w": server["w"], "s": server["s"]}
-        if rnd == 1 and self.hp.get("ivon_reset", "code") == "code":
+        if rnd == 1 and self.p.ivon_reset == "code":
             down["w0"] = server["w0"]  # the shared random initialisation the clients start from
         return down
 
@@ -65,7 +65,7 @@ class BayesADMM(Method):
         m_bar, s_bar = down["w"], down["s"]
         ess = n_k / (rho * tau)
         delta_ivon = s_bar / ess
-        if hp.get("ivon_reset", "code") == "code":
+        if self.p.ivon_reset == "code":
             if "w0" in down:
                 st = IVONState(down["w0"].clone(), torch.full_like(m_bar, float(hp["h0"])), state["g"], int(state["t"]))
             else:
@@ -76,9 +76,9 @@ class BayesADMM(Method):
         st, loss, _ = ivon_train(
             self.fm, st, data, rng, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
             lr=lr_schedule(hp, rnd, self.rounds), ess=ess, delta=delta_ivon, prior_mean=m_bar,
-            v=(tau / n_k) * v, u=(tau / n_k) * u, beta1=float(hp.get("beta1", 0.9)),
-            beta2=float(hp.get("beta2", 0.99999)), mc_samples=int(hp.get("mc_samples", 1)),
-            clip_radius=float(hp.get("clip_radius") or math.inf), loss_fn=self.loss_fn)
+            v=(tau / n_k) * v, u=(tau / n_k) * u, beta1=float(self.p.beta1),
+            beta2=float(self.p.beta2), mc_samples=int(self.p.mc_samples),
+            clip_radius=float(self.p.clip_radius or math.inf), loss_fn=self.loss_fn)
         s_k = st.precision(ess, delta_ivon)
         v_new = v + gamma * (s_k * st.m - s_bar * m_bar)
         u_new = u + gamma * (s_k - s_bar)
@@ -95,7 +95,7 @@ class BayesADMM(Method):
         return {**server, "w": w, "s": s}
 
     def sample_std(self, server) -> torch.Tensor:
-        if self.hp.get("pred_var", "posterior") == "code_quirk":
+        if self.p.pred_var == "code_quirk":
             hp = self.hp
             lam_g = float(self.client_sizes.sum()) / (float(hp["rho"]) * float(hp["tau"]))
             return torch.full_like(server["w"], 1.0 / math.sqrt(lam_g * float(hp["h0"]) + float(hp["delta"])))
@@ -105,4 +105,4 @@ class BayesADMM(Method):
         if variant == "mean":
             return self.fm(server["w"], x)
         return gaussian_samples_logits(self.fm, server["w"], self.sample_std(server), x,
-                                       int(self.hp.get("pred_samples", 32)), seed)
+                                       int(self.p.pred_samples), seed)

@@ -159,7 +159,7 @@ class FedPAParams(FedAvgMParams):
 @hyperparameters
 class FedEPParams(FedAvgMParams):
     variant: str = hparam("I", enum("I", "M", "L", "V"), "tilted approximation")
-    server_lr: float = like(FedAvgMParams, "server_lr", 0.5, doc="EP server step (burn-in rounds: 1.0)")
+    server_lr: float = like(FedAvgMParams, "server_lr", 0.5, doc="EP server step, and the FedAvg-M step of the burn-in rounds")
     server_optimizer: str = hparam("sgdm", enum("sgdm", "adagrad"), "EP server optimiser")
     adagrad_eps: float = hparam(1e-5, POSNUM, "optax Adagrad: inside the square root")
     cov_scale: float = hparam(500.0, POSNUM, "c: α_cov = c (init_scale + weight_decay), per data point")

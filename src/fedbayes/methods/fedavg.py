@@ -15,14 +15,14 @@ class FedAvg(Method):
         return message["w"]
 
     def client_update(self, k, down, state, data, rng, rnd):
-        wd = float(self.hp.get("weight_decay", 0.0))
+        wd = float(self.p.weight_decay)
         res = self.local_train(down["w"], data, rng, extra_loss=(lambda w: 0.5 * wd * w.square().sum()) if wd else None,
                                state=state)
         return {"w": res.w}, state, res.mean_loss
 
     def client_updates(self, ks, down, states, datas, rngs, rnd):
         # a subclass that adds a term to the client's objective (FedProx, FedBE's ...) trains one by one
-        if type(self).client_update is not FedAvg.client_update or float(self.hp.get("weight_decay", 0.0)):
+        if type(self).client_update is not FedAvg.client_update or float(self.p.weight_decay):
             return None
         res = local_train_batched(self, down["w"], datas, rngs, states)
         if res is None:

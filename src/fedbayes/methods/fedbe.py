@@ -42,17 +42,17 @@ from fedbayes.methods.fedavg import FedAvg
 class FedBE(FedAvg):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if not 0 < float(self.hp.get("server_unlabeled", 0)) < 1:
+        if not 0 < float(self.p.server_unlabeled) < 1:
             raise ValueError("fedbe needs unlabeled server data: set server_unlabeled (a share of the training points, 0–1)")
 
     def teachers(self, ws: dict[int, torch.Tensor], gen: torch.Generator) -> list[torch.Tensor]:
         sizes = self.client_sizes.astype(float)
         mean = weighted_mean(ws, sizes)
         var = weighted_mean({k: (w - mean).square() for k, w in ws.items()}, sizes)
-        std = (float(self.hp.get("var_scale", 0.1)) * var).sqrt()
+        std = (float(self.p.var_scale) * var).sqrt()
         samples = [mean + std * torch.randn(mean.shape, generator=gen, dtype=mean.dtype).to(mean.device)
-                   for _ in range(int(self.hp.get("teacher_samples", 10)))]
-        clients = [ws[k] for k in sorted(ws)] if self.hp.get("teacher_clients", False) else []
+                   for _ in range(int(self.p.teacher_samples))]
+        clients = [ws[k] for k in sorted(ws)] if self.p.teacher_clients else []
         return [mean, *samples, *clients]
 
     @torch.no_grad()
@@ -66,14 +66,14 @@ class FedBE(FedAvg):
 
     def distil(self, w_start: torch.Tensor, x: torch.Tensor, p_bar: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         hp = self.hp
-        temp = float(hp.get("temperature", 0.5))
+        temp = float(self.p.temperature)
         target = F.softmax(p_bar.clamp_min(1e-12).log() / temp, -1)   # P = p̄^(1/T), renormalised
         n_classes = target.shape[-1]
         w = w_start.detach().clone().requires_grad_(True)
-        opt = torch.optim.SGD([w], lr=float(hp.get("server_lr", 1e-3)), momentum=float(hp.get("server_momentum", 0.9)),
-                              weight_decay=float(hp.get("server_weight_decay", 1e-5)))
-        bs = int(hp.get("server_batch_size", 128))
-        for _ in range(int(hp.get("server_epochs", 20))):
+        opt = torch.optim.SGD([w], lr=float(self.p.server_lr), momentum=float(self.p.server_momentum),
+                              weight_decay=float(self.p.server_weight_decay))
+        bs = int(self.p.server_batch_size)
+        for _ in range(int(self.p.server_epochs)):
             perm = torch.randperm(len(x), generator=gen).to(x.device)
             for start in range(0, len(x), bs):
                 idx = perm[start:start + bs]

@@ -81,16 +81,16 @@ class FedCurv(Method):
         hp = self.hp
         if "lambda_prior" not in hp or not float(hp["lambda_prior"]) >= 0:
             raise ValueError(f"lambda_prior must be a number >= 0, got {hp.get('lambda_prior')!r}")
-        if hp.get("anchor", "clients") not in self.anchors:
+        if self.p.anchor not in self.anchors:
             raise ValueError(f"anchor must be one of {self.anchors}, got {hp.get('anchor')!r}")
-        if hp.get("fisher_norm", "code") not in self.fisher_norms:
+        if self.p.fisher_norm not in self.fisher_norms:
             raise ValueError(f"fisher_norm must be one of {self.fisher_norms}, got {hp.get('fisher_norm')!r}")
-        if hp.get("prior_loss", "paper") not in PRIOR_LOSSES:
+        if self.p.prior_loss not in PRIOR_LOSSES:
             raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {hp.get('prior_loss')!r}")
 
     @property
     def anchor(self) -> str:
-        return self.hp.get("anchor", "clients")
+        return self.p.anchor
 
     def local_weights(self, message, down):
         return message["w"]
@@ -110,7 +110,7 @@ class FedCurv(Method):
 
     def penalty(self, down, state, rnd):
         """The local penalty as a function of θ for this client and round."""
-        lam, mode = float(self.hp["lambda_prior"]), self.hp.get("prior_loss", "paper")
+        lam, mode = float(self.hp["lambda_prior"]), self.p.prior_loss
         if self.anchor == "global":
             mu, precision = down["w"], down["omega"] / rnd
             return lambda w: prior_loss(w, mu, precision, lam, mode)
@@ -121,7 +121,7 @@ class FedCurv(Method):
 
     def client_update(self, k, down, state, data, rng, rnd):
         res = self.local_train(down["w"], data, rng, extra_loss=self.penalty(down, state, rnd))
-        fisher = offline_fisher(self.fm, res.w, data, rng, int(self.hp["batch_size"]), self.hp.get("fisher_norm", "code"))
+        fisher = offline_fisher(self.fm, res.w, data, rng, int(self.hp["batch_size"]), self.p.fisher_norm)
         if self.anchor == "global":
             return {"w": res.w, "F": fisher}, state, res.mean_loss
         return {"w": res.w, "F": fisher}, {"F": fisher, "Fw": fisher * res.w, "round": torch.tensor(rnd)}, res.mean_loss

@@ -88,16 +88,15 @@ class FedAvgM(Method):
         super().__init__(*args, **kwargs)
         # the clients run SGD with momentum (the iterates are FedPA's and FedEP-M's samples): an
         # experiment's other optimiser would be recorded in run.json but never used
-        if self.hp.get("optimizer", "sgd") != "sgd":
+        if self.p.optimizer != "sgd":
             raise ValueError(f"{type(self).__name__}: the FedEP family's clients run SGD with momentum; "
                              f"set optimizer: sgd for it, not {self.hp['optimizer']!r}")
 
     def alpha_cov(self) -> float:
-        return float(self.hp.get("cov_scale", 500.0)) * (float(self.hp.get("init_scale", 0.0))
-                                                         + float(self.hp.get("weight_decay", 0.0)))
+        return float(self.p.cov_scale) * (float(self.p.init_scale) + float(self.p.weight_decay))
 
     def burn_in(self) -> int:
-        return int(self.hp.get("burn_in", self.rounds))
+        return self.rounds if self.p.burn_in is None else int(self.p.burn_in)
 
     def init_state(self, w0):
         server = {"w": w0.clone(), "mom": torch.zeros_like(w0)}
@@ -116,8 +115,8 @@ class FedAvgM(Method):
         so the iterates are the same bit for bit (tests/test_fedep.py) without a graph over θ."""
         hp = self.hp
         w = start.detach().clone().requires_grad_(True)
-        opt = FlatSGD(w, lr=float(hp["lr"]), momentum=float(hp.get("momentum", 0.9)))
-        wd = float(hp.get("weight_decay", 0.0))
+        opt = FlatSGD(w, lr=float(hp["lr"]), momentum=float(self.p.momentum))
+        wd = float(self.p.weight_decay)
         half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
 
         def penalty_grad(w):
@@ -151,8 +150,8 @@ class FedAvgM(Method):
         ks = sorted(messages)
         wts = torch.tensor(self.client_sizes[ks], dtype=server["w"].dtype, device=server["w"].device)
         d = torch.einsum("k,kp->p", wts / wts.sum(), torch.stack([messages[k]["delta"] for k in ks]))
-        mom = float(self.hp.get("server_momentum", 0.9)) * server["mom"] + d
-        return {**server, "w": server["w"] - float(self.hp.get("server_lr", 1.0)) * mom, "mom": mom}
+        mom = float(self.p.server_momentum) * server["mom"] + d
+        return {**server, "w": server["w"] - float(self.p.server_lr) * mom, "mom": mom}
 
     def client_update(self, k, down, state, data, rng, rnd):
         msg, loss = self.fedavg_client(down, data, rng)
@@ -169,10 +168,10 @@ class FedPA(FedAvgM):
     def client_update(self, k, down, state, data, rng, rnd):
         if rnd <= self.burn_in():
             return super().client_update(k, down, state, data, rng, rnd)
-        mixin, epochs = int(self.hp.get("mixin_epochs", 1)), int(self.hp["local_epochs"])
+        mixin, epochs = int(self.p.mixin_epochs), int(self.hp["local_epochs"])
         samples, loss = self.sgd_epochs(down["w"], data, rng, epochs, average=True)
         samples = samples[min(mixin, epochs - 1):]
-        delta = shrinkage_solve(samples, down["w"] - samples.mean(0), float(self.hp.get("shrinkage", 0.01)))
+        delta = shrinkage_solve(samples, down["w"] - samples.mean(0), float(self.p.shrinkage))
         return {"delta": delta}, state, loss
 
 
@@ -216,22 +215,22 @@ class FedEP(FedAvgM):
         return float(d) if d is not None else 1.0 / (self.clients_per_round or self.n_clients)
 
     def tilted_precision(self, samples, mu_t, cav_lam, data, n_k, rng):
-        hp, variant = self.hp, self.hp.get("variant", "I")
-        alpha, wd, c = self.alpha_cov(), float(hp.get("weight_decay", 0.0)), float(hp.get("cov_scale", 500.0))
+        hp, variant = self.hp, self.p.variant
+        alpha, wd, c = self.alpha_cov(), float(self.p.weight_decay), float(self.p.cov_scale)
         gen = torch.Generator(device=mu_t.device).manual_seed(int(rng.integers(2**62)))
         if variant == "I":
             return cav_lam + alpha * n_k
         if variant == "M":
             if samples.shape[0] < 2:
                 raise ValueError("FedEP-M needs local_epochs ≥ 2 (one SG-MCMC sample per epoch)")
-            rho = float(hp.get("shrinkage", 1e-4))
+            rho = float(self.p.shrinkage)
             lam_tmp = clip_mean_std(1.0 / (rho + (1 - rho) * samples.var(0, unbiased=True)))
             ref = cav_lam + alpha * n_k
             return lam_tmp * ref.norm() / lam_tmp.norm()
         bs = min(int(hp["batch_size"]), n_k)
         if variant == "L":
             total, count = torch.zeros_like(mu_t), 0
-            for _ in range(int(hp.get("laplace_epochs", 5))):
+            for _ in range(int(self.p.laplace_epochs)):
                 for idx in minibatches(n_k, bs, rng, data.x.device):
                     xb = data.x[idx]
                     total += sampled_fisher(self.fm, mu_t, xb, gen) / len(xb)  # batch mean
@@ -239,9 +238,9 @@ class FedEP(FedAvgM):
             fisher = clip_mean_std(n_k * total / count)
             return cav_lam + c * (fisher + wd * n_k)
         if variant == "V":
-            beta, n_samples = float(hp.get("ngvi_beta", 0.99)), int(hp.get("ngvi_samples", 1))
-            s = torch.full_like(mu_t, float(hp.get("init_scale", 0.0)))
-            for _ in range(int(hp.get("ngvi_epochs", 5))):
+            beta, n_samples = float(self.p.ngvi_beta), int(self.p.ngvi_samples)
+            s = torch.full_like(mu_t, float(self.p.init_scale))
+            for _ in range(int(self.p.ngvi_epochs)):
                 for idx in minibatches(n_k, bs, rng, data.x.device):
                     xb = data.x[idx]
                     std = (n_k * s + cav_lam + wd * n_k).clamp_min(1e-12).rsqrt()
@@ -278,7 +277,7 @@ class FedEP(FedAvgM):
             d_eta, d_lam = d_eta * scale, d_lam * scale
         d_eta, d_lam = self.damping() * d_eta, self.damping() * d_lam
         if self.stateful:
-            b, lr = float(self.hp.get("server_momentum", 0.9)), float(self.hp.get("server_lr", 0.5))
+            b, lr = float(self.p.server_momentum), float(self.p.server_lr)
             m_eta, m_lam = b * site["mom_eta"] + d_eta, b * site["mom_lam"] + d_lam
             state = {"eta": site["eta"] + lr * m_eta, "lam": site["lam"] + lr * m_lam, "mom_eta": m_eta, "mom_lam": m_lam}
         return {"d_eta": d_eta, "d_lam": d_lam}, state, loss
@@ -291,15 +290,15 @@ class FedEP(FedAvgM):
         g_eta = sum(m["d_eta"] for m in messages.values())
         g_lam = sum(m["d_lam"] for m in messages.values())
         hp = self.hp
-        lr = float(hp.get("server_lr", 0.5))
-        if hp.get("server_optimizer", "sgdm") == "adagrad":  # optax: A += g²; step g/√(A + eps), 0 where A = 0
-            eps = float(hp.get("adagrad_eps", 1e-5))
+        lr = float(self.p.server_lr)
+        if self.p.server_optimizer == "adagrad":  # optax: A += g²; step g/√(A + eps), 0 where A = 0
+            eps = float(self.p.adagrad_eps)
             a_eta, a_lam = server["acc_eta"] + g_eta.square(), server["acc_lam"] + g_lam.square()
             step_eta = torch.where(a_eta > 0, g_eta / (a_eta + eps).sqrt(), torch.zeros_like(g_eta))
             step_lam = torch.where(a_lam > 0, g_lam / (a_lam + eps).sqrt(), torch.zeros_like(g_lam))
             new = {"acc_eta": a_eta, "acc_lam": a_lam}
         else:
-            b = float(hp.get("server_momentum", 0.9))
+            b = float(self.p.server_momentum)
             step_eta, step_lam = b * server["mom_eta"] + g_eta, b * server["mom_lam"] + g_lam
             new = {"mom_eta": step_eta, "mom_lam": step_lam}
         eta, lam = server["eta"] + lr * step_eta, server["lam"] + lr * step_lam
@@ -311,7 +310,7 @@ class FedEP(FedAvgM):
         if "lam" not in server:  # still in burn-in: no posterior, the point prediction
             return self.fm(server["w"], x).unsqueeze(0)
         std = server["lam"].clamp_min(1e-12).rsqrt()  # nothing enforces Λ_g > 0 (spec §2.9)
-        return gaussian_samples_logits(self.fm, server["w"], std, x, int(self.hp.get("pred_samples", 10)), seed)
+        return gaussian_samples_logits(self.fm, server["w"], std, x, int(self.p.pred_samples), seed)
 
 
 class FedSEP(FedEP):

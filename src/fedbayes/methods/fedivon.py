@@ -45,8 +45,8 @@ class FedIVON(Method):
         st, loss, _ = ivon_train(
             self.fm, st, data, rng, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
             lr=lr_schedule({**hp, "lr_scale": h0 + delta}, rnd, self.rounds), ess=float(hp["ess"]), delta=delta,
-            beta1=float(hp.get("beta1", 0.9)), beta2=float(hp.get("beta2", 0.99999)),
-            mc_samples=int(hp.get("mc_samples", 1)), clip_radius=float(hp.get("clip_radius") or math.inf), loss_fn=self.loss_fn)
+            beta1=float(self.p.beta1), beta2=float(self.p.beta2),
+            mc_samples=int(self.p.mc_samples), clip_radius=float(self.p.clip_radius or math.inf), loss_fn=self.loss_fn)
         return {"w": st.m, "h": st.h}, state, loss
 
     def server_update(self, server, messages, rnd):
@@ -63,4 +63,4 @@ class FedIVON(Method):
         if variant == "mean":
             return self.fm(server["w"], x)
         std = (float(self.hp["ess"]) * (server["h"] + float(self.hp["delta"]))).rsqrt()
-        return gaussian_samples_logits(self.fm, server["w"], std, x, int(self.hp.get("pred_samples", 500)), seed)
+        return gaussian_samples_logits(self.fm, server["w"], std, x, int(self.p.pred_samples), seed)

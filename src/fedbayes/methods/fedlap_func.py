@@ -45,7 +45,7 @@ class FedLapFunc(FedLap):
 
     def choose_memory(self, data, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Indices of ``memory_per_class`` random points per class held, and their τ_i."""
-        m, tau_f = int(self.hp.get("memory_per_class", 1)), float(self.hp.get("tau", 1.0))
+        m, tau_f = int(self.p.memory_per_class), float(self.p.tau)
         y = data.y.cpu().numpy()
         idx, tau = [], []
         for c in np.unique(y) if m > 0 else []:
@@ -103,8 +103,8 @@ class FedLapFunc(FedLap):
             return server
         wbar, delta = server["w"], float(self.hp["delta"])
         w = wbar.clone().requires_grad_(True)
-        opt = make_optimizer("adam", [w], float(self.hp.get("server_lr", 1e-3)))
-        for _ in range(int(self.hp.get("server_iters", 5000))):
+        opt = make_optimizer("adam", [w], float(self.p.server_lr))
+        for _ in range(int(self.p.server_iters)):
             obj = 0.5 * delta * (w - wbar).square().sum() + soft_ce(self.fm(w, server["x_mem"]), server["yhat"], server["tau_mem"])
             opt.zero_grad(set_to_none=True)
             obj.backward()

@@ -20,7 +20,7 @@ from fedbayes.methods.base import Method, weighted_mean
 class FedNova(Method):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.hp.get("optimizer", "adam") != "sgd" or self.hp.get("lr_schedule", "constant") != "constant":
+        if self.p.optimizer != "sgd" or self.p.lr_schedule != "constant":
             raise ValueError("fednova: the vanilla-SGD normalisation needs optimizer: sgd and no lr_schedule")
 
     def local_weights(self, message, down):
@@ -35,5 +35,5 @@ class FedNova(Method):
         sizes = self.client_sizes.astype(float)
         d = weighted_mean({k: m["d"] for k, m in messages.items()}, sizes)
         tau_eff = weighted_mean({k: m["tau"].reshape(1) for k, m in messages.items()}, sizes)[0]
-        eta_g = float(self.hp.get("server_lr", 1.0))
+        eta_g = float(self.p.server_lr)
         return {**server, "w": server["w"] - eta_g * tau_eff * d}

@@ -49,17 +49,18 @@ def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: t
     return mu, omega
 
 
-def sgd_accumulating_fisher(fm, hp: dict, w_start: torch.Tensor, data: ClientData, rng: np.random.Generator,
-                            penalty_grad: Callable[[torch.Tensor], torch.Tensor | None] | None = None,
-                            fisher_norm: str = "code") -> tuple[torch.Tensor, torch.Tensor, float]:
+def sgd_accumulating_fisher(fm, p, w_start: torch.Tensor, data: ClientData, rng: np.random.Generator,
+                            penalty_grad: Callable[[torch.Tensor], torch.Tensor | None] | None = None
+                            ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Algorithm 1's ClientUpdate loop: ``local_epochs`` passes of minibatches (a fresh permutation of
     the data from ``rng`` each epoch, as ``Method.local_train``), each step adding the squared CE
     gradient at θ_t to the Fisher (before clipping and the step), then stepping on CE + a penalty whose
     gradient at θ_t is ``penalty_grad(θ_t)`` (None: no gradient).
 
-    Returns (θ after the last step, F_n, mean CE over the steps)."""
+    ``p``: the method's typed hyperparameters (optimizer, lr, local_epochs, batch_size, grad_clip,
+    fisher_norm). Returns (θ after the last step, F_n, mean CE over the steps)."""
     w = w_start.detach().clone().requires_grad_(True)
-    opt = make_optimizer(hp.get("optimizer", "sgd"), [w], hp["lr"])
+    opt = make_optimizer(p.optimizer, [w], p.lr)
     n = len(data)
     fisher, sq = torch.zeros_like(w_start), torch.empty_like(w_start)
 
@@ -72,11 +73,11 @@ def sgd_accumulating_fisher(fm, hp: dict, w_start: torch.Tensor, data: ClientDat
         fisher.add_(grads.square().mean(0))
         return losses.mean(), grads.mean(0)
 
-    paper = fisher_norm == "paper"
-    mean_loss, steps = train_local(fm, opt, data, rng, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
+    paper = p.fisher_norm == "paper"
+    mean_loss, steps = train_local(fm, opt, data, rng, epochs=int(p.local_epochs), batch_size=int(p.batch_size),
                                    on_grad=None if paper else squared_batch_gradient,
                                    gradient=per_example if paper else None,
-                                   extra_grad=penalty_grad, clip=hp.get("grad_clip"))
+                                   extra_grad=penalty_grad, clip=p.grad_clip)
     if paper:
         fisher /= max(steps, 1)  # Eq. 22: the average over the T local steps
     return w.detach(), fisher, mean_loss
@@ -104,11 +105,11 @@ class FOLA(Method):
         hp = self.hp
         if "lambda_prior" not in hp or not float(hp["lambda_prior"]) >= 0:
             raise ValueError(f"lambda_prior must be a number >= 0, got {hp.get('lambda_prior')!r}")
-        if not float(hp.get("gamma", 1e-5)) > 0:
+        if not float(self.p.gamma) > 0:
             raise ValueError(f"gamma must be > 0, got {hp.get('gamma')!r}")
-        if hp.get("fisher_norm", "code") not in self.fisher_norms:
+        if self.p.fisher_norm not in self.fisher_norms:
             raise ValueError(f"fisher_norm must be one of {self.fisher_norms}, got {hp.get('fisher_norm')!r}")
-        if hp.get("prior_loss", "paper") not in PRIOR_LOSSES:
+        if self.p.prior_loss not in PRIOR_LOSSES:
             raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {hp.get('prior_loss')!r}")
 
     def local_weights(self, message, down):
@@ -122,11 +123,10 @@ class FOLA(Method):
 
     def client_update(self, k, down, state, data, rng, rnd):
         mu, omega, hp = down["w"], down["omega"], self.hp
-        lam, mode = float(hp["lambda_prior"]), hp.get("prior_loss", "paper")
+        lam, mode = float(hp["lambda_prior"]), self.p.prior_loss
         precision = omega / rnd  # Eq. 24's ((r−1)/r) Σ_S*⁻¹ in cumulative units
         w, fisher, loss = sgd_accumulating_fisher(
-            self.fm, hp, mu, data, rng, penalty_grad=lambda w: prior_grad(w, mu, precision, lam, mode),
-            fisher_norm=hp.get("fisher_norm", "code"))
+            self.fm, self.p, mu, data, rng, penalty_grad=lambda w: prior_grad(w, mu, precision, lam, mode))
         return {"w": w, "omega": omega + fisher}, state, loss
 
     def server_update(self, server, messages, rnd):
@@ -134,5 +134,5 @@ class FOLA(Method):
         thetas = torch.stack([messages[k]["w"] for k in ks])
         weights = torch.tensor(self.client_sizes[ks], dtype=thetas.dtype, device=thetas.device)
         mu, omega = product_aggregate(thetas, torch.stack([messages[k]["omega"] for k in ks]), weights,
-                                      float(self.hp.get("gamma", 1e-5)))
+                                      float(self.p.gamma))
         return {**server, "w": mu, "omega": omega}

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.local import train_local
+from fedbayes.methods.spec import Hyperparameters
 
 
 @dataclass
@@ -250,7 +251,7 @@ def lr_schedule(hp: dict, rnd: int, rounds: int) -> Callable[[int, int], float]:
     * ``linear_local``: from ``lr`` to ``lr_final`` linearly over the n local steps of each client
       update (FedIVON App. B "linearly decaying", spec ambiguity A3: step i gets lr + (lr_final − lr)·i/n).
     Multiplied by ``lr_scale`` (IVON's rescale_lr factor h0 + δ where a method uses it)."""
-    kind, lr0 = hp.get("lr_schedule", "constant"), float(hp["lr"])
+    kind, lr0 = hp.get("lr_schedule", Hyperparameters.field("lr_schedule").default), float(hp["lr"])
     scale = float(hp.get("lr_scale", 1.0))
     if kind == "constant":
         return lambda i, n: lr0 * scale

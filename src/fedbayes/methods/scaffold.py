@@ -29,7 +29,7 @@ from fedbayes.methods.base import Method, weighted_mean
 class Scaffold(Method):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.hp.get("optimizer", "adam") != "sgd" or self.hp.get("lr_schedule", "constant") != "constant":
+        if self.p.optimizer != "sgd" or self.p.lr_schedule != "constant":
             raise ValueError("scaffold: option II control variates need plain SGD at a constant rate "
                              "(set optimizer: sgd and no lr_schedule)")
 
@@ -54,5 +54,5 @@ class Scaffold(Method):
     def server_update(self, server, messages, rnd):
         dy = weighted_mean({k: m["dy"] for k, m in messages.items()}, self.client_sizes.astype(float))
         dc = torch.stack([m["dc"] for m in messages.values()]).mean(0)
-        eta_g = float(self.hp.get("server_lr", 1.0))
+        eta_g = float(self.p.server_lr)
         return {**server, "w": server["w"] + eta_g * dy, "c": server["c"] + len(messages) / self.n_clients * dc}
