@@ -63,7 +63,7 @@ import yaml
 p = yaml.safe_load(open("params.yaml"))
 e = p["experiments"]["fmnist-shards-k200"]
 e.update(rounds=20, report_rounds=[20], eval_every=20)
-p["methods"]["fedivon"]["overrides"]["fmnist-shards-k200"]["mc_every"] = 20
+e["methods"]["fedivon"]["mc_every"] = 20
 yaml.safe_dump(p, open("build/params_predictive.yaml", "w"), sort_keys=False)
 PY
     run fmnist-shards-k200 fedivon default 120 fmnist-shards-k200.fedivon-20rounds build/params_predictive.yaml ;;
