@@ -42,14 +42,30 @@ def test_batched_run_matches_sequential(tmp_path, synthetic_run_data, cfg_factor
     assert "batched_rounds" not in json.loads((tmp_path / "seq" / "run.json").read_text())
 
 
-def test_a_method_that_adds_a_term_is_not_batched(tmp_path, synthetic_run_data, cfg_factory):
-    """FedProx is FedAvg plus a proximal term: batching FedAvg's loop would drop it, so it trains one by one."""
-    cfg = cfg_factory(method="fedprox", rounds=2, save_rounds=[2],
-                      hparams={**cfg_factory()["hparams"], "alpha": 0.1})
-    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
-    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
-    assert [r.get("test/acc") for r in a] == [r.get("test/acc") for r in b]
-    assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
+def test_fedprox_batches_its_proximal_term(tmp_path, synthetic_run_data, cfg_factory):
+    """FedProx's squared proximal gradient α (W − w_g) applied to the stacked clients: the sequential run's
+    numbers up to round-off, every round batched."""
+    cfg = cfg_factory(method="fedprox", rounds=3, save_rounds=[3],
+                      hparams={**cfg_factory()["hparams"], "alpha": 0.5, "local_epochs": 2})
+    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    for a, b in zip(seq, bat):
+        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-4, abs=1e-4)
+    ws = [torch.load(tmp_path / r / "posterior.pt")["w"] for r in ("seq", "bat")]
+    assert torch.allclose(ws[0], ws[1], rtol=1e-4, atol=1e-4)
+    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == 3
+
+
+def test_a_term_without_a_batched_form_trains_one_by_one(tmp_path, synthetic_run_data, cfg_factory):
+    """FedProx with the unsquared norm (a norm per client) and FedAvg with weight decay (an extra loss):
+    the batched switch leaves them to the sequential loop, bit for bit."""
+    for name, method, extra in (("unsquared", "fedprox", {"alpha": 0.1, "prox_norm": "unsquared"}),
+                                ("wd", "fedavg", {"weight_decay": 1e-3})):
+        cfg = cfg_factory(method=method, rounds=2, save_rounds=[2], hparams={**cfg_factory()["hparams"], **extra})
+        a = run_federated(cfg, synthetic_run_data, tmp_path / f"{name}a", CPU, log=lambda m: None, batch_clients=True)
+        b = run_federated(cfg, synthetic_run_data, tmp_path / f"{name}b", CPU, log=lambda m: None, batch_clients=False)
+        assert [r.get("test/acc") for r in a] == [r.get("test/acc") for r in b]
+        assert "batched_rounds" not in json.loads((tmp_path / f"{name}a" / "run.json").read_text())
 
 
 def test_unbatchable_hyperparameters_fall_back(tmp_path, synthetic_run_data, cfg_factory):

@@ -218,16 +218,20 @@ class Method:
 
 
 def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[ClientData],
-                        rngs: list[np.random.Generator], states: list[Tensors]) -> tuple[torch.Tensor, list[float]] | None:
-    """``method.local_train`` without ``extra_loss`` / ``extra_grad`` for several clients at once
-    (``methods.local.train_local_batched``): (weights (C, P), mean losses), or None where the
-    hyperparameters ask for what the batched loop does not do (SGD, a learning-rate schedule, clipping)."""
+                        rngs: list[np.random.Generator], states: list[Tensors],
+                        extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None
+                        ) -> tuple[torch.Tensor, list[float]] | None:
+    """``method.local_train`` without ``extra_loss`` for several clients at once
+    (``methods.local.train_local_batched``; ``extra_grad`` of the stacked weights (C, P)): (weights (C, P),
+    mean losses), or None where the hyperparameters ask for what the batched loop does not do (SGD, a
+    learning-rate schedule, clipping)."""
     hp = method.hp
     if method.p.optimizer != "adam" or method.p.lr_schedule != "constant" or method.p.grad_clip:
         return None
     W, losses, _ = train_local_batched(method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]),
                                        batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),
-                                       states=states if client_optimizer(hp) == "persistent" else None)
+                                       states=states if client_optimizer(hp) == "persistent" else None,
+                                       extra_grad=extra_grad)
     return W, losses
 
 

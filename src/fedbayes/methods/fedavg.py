@@ -21,7 +21,8 @@ class FedAvg(Method):
         return {"w": res.w}, state, res.mean_loss
 
     def client_updates(self, ks, down, states, datas, rngs, rnd):
-        # a subclass that adds a term to the client's objective (FedProx, FedBE's ...) trains one by one
+        # a subclass that adds a term to the client's objective trains one by one unless it batches that
+        # term itself (FedProx)
         if type(self).client_update is not FedAvg.client_update or float(self.p.weight_decay):
             return None
         res = local_train_batched(self, down["w"], datas, rngs, states)

@@ -176,14 +176,19 @@ def minibatch_plan(n: int, batch_size: int, epochs: int, rng: np.random.Generato
 
 def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.random.Generator], *,
                         epochs: int, batch_size: int, lr: float, states: list[Tensors] | None = None,
+                        extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
                         loss_fn=F.cross_entropy) -> tuple[torch.Tensor, list[float], list[int]]:
-    """``train_local`` with FlatAdam and no hooks for C clients together, all starting from ``w_start``:
+    """``train_local`` with FlatAdam for C clients together, all starting from ``w_start``, with one hook:
+    ``extra_grad(W)``, the closed-form penalty gradient of every client at once (W: (C, P), row c client
+    c's weights; ``train_local``'s ``extra_grad`` row by row).
     the minibatch gradients of the C clients' step s are one vmapped call over their stacked weights
     (C, P), and their Adam updates one fused multi-tensor kernel. Each client draws its minibatches from
     its own ``rng`` exactly as ``minibatches`` would, so the iterates are those of C calls of
     ``train_local`` up to float round-off (batched matrix products sum in another order); a client with
     fewer steps than the others is left out of the updates after its last one. ``states``: the clients'
     persistent Adam states (``FlatAdam.state()``), read and updated in place; None for fresh optimisers.
+    The data-gradient hooks of ``train_local`` (``on_grad``, ``gradient``, ``extra_loss``), its step hooks
+    and clipping have no batched form: a method that needs them trains its clients one by one.
     Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
 
     Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
@@ -219,6 +224,8 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     for s in range(S):
         active = [c for c in active if s < steps[c]]
         g, loss = grad_and_loss(W, x[rows_t[s]], y[rows_t[s]], mask_t[s])
+        if extra_grad is not None:
+            g.add_(extra_grad(W))
         total += loss.double() * torch.tensor([s < n for n in steps], dtype=torch.float64, device=dev) \
             if len(active) < C else loss.double()
         t_act = [t[c] for c in active]
