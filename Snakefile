@@ -7,7 +7,7 @@
 import yaml
 from snakemake.utils import min_version
 
-from fedbayes.config import load_params_text, upgrade_layout, validate, with_smoke_overlay
+from fedbayes.config import as_read, load_params_text, validate
 
 min_version("9.0")
 
@@ -27,8 +27,7 @@ report: "workflow/report/workflow.rst"
 
 # The schema and the semantic checks (unknown names, impossible sizes), every problem listed with its
 # dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
-upgrade_layout(config)  # a params.yaml in the earlier layout (methods.<m>.overrides.<e>) is read as today's
-with_smoke_overlay(config, Path(workflow.basedir, "params.yaml"))  # + params.smoke.yaml's `smoke` block
+as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
 validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
 
 

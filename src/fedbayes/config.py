@@ -74,11 +74,17 @@ def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> d
     """Read, schema-check and semantically check params.yaml with its smoke overlay (``with_smoke_overlay``);
     apply ``scale`` (or params' own)."""
     path = Path(path)
-    params = with_smoke_overlay(upgrade_layout(load_params_text(path)), path)
+    params = as_read(load_params_text(path), path)
     validate(params, _schema_for(path))
     if scale is not None:
         params["scale"] = scale
     return params
+
+
+def as_read(params: Any, params_path: str | Path) -> Any:
+    """params as every reader takes them (``load_params``, the Snakefile's ``config``), in place: the
+    earlier layout upgraded (``upgrade_layout``) and the smoke overlay laid in (``with_smoke_overlay``)."""
+    return with_smoke_overlay(upgrade_layout(params), params_path)
 
 
 def smoke_overlay_path(params_path: str | Path) -> Path:
@@ -100,8 +106,8 @@ def with_smoke_overlay(params: Any, params_path: str | Path) -> Any:
         raise ConfigError(f"{overlay}: holds the smoke overlay only (a top-level `smoke:` block), "
                           f"got {sorted(extra) if isinstance(extra, dict) else type(extra).__name__}")
     own = params.get("smoke")
-    params["smoke"] = deep_merge(extra.get("smoke") or {}, own if isinstance(own, dict) else None) \
-        if own is None or isinstance(own, dict) else own
+    if own is None or isinstance(own, dict):   # a malformed inline block is left for the schema to name
+        params["smoke"] = deep_merge(extra.get("smoke") or {}, own)
     return params
 
 

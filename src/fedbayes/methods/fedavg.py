@@ -25,11 +25,16 @@ class FedAvg(Method):
         # term itself (FedProx)
         if type(self).client_update is not FedAvg.client_update or float(self.p.weight_decay):
             return None
-        res = local_train_batched(self, down["w"], datas, rngs, states)
+        return self.train_together(down["w"], datas, rngs, states)
+
+    def train_together(self, w_start, datas, rngs, states, extra_grad=None):
+        """The clients' messages and losses from ``base.local_train_batched`` (``extra_grad`` of the stacked
+        weights), or None where the hyperparameters ask for what it does not do."""
+        res = local_train_batched(self, w_start, datas, rngs, states, extra_grad)
         if res is None:
             return None
         W, losses = res
-        return [({"w": W[i]}, states[i], losses[i]) for i in range(len(ks))]
+        return [({"w": W[c]}, states[c], losses[c]) for c in range(len(datas))]
 
     def server_update(self, server, messages, rnd):
         ws = {k: m["w"] for k, m in messages.items()}

@@ -178,11 +178,10 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                         epochs: int, batch_size: int, lr: float, states: list[Tensors] | None = None,
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
                         loss_fn=F.cross_entropy) -> tuple[torch.Tensor, list[float], list[int]]:
-    """``train_local`` with FlatAdam for C clients together, all starting from ``w_start``, with one hook:
-    ``extra_grad(W)``, the closed-form penalty gradient of every client at once (W: (C, P), row c client
-    c's weights; ``train_local``'s ``extra_grad`` row by row).
-    the minibatch gradients of the C clients' step s are one vmapped call over their stacked weights
-    (C, P), and their Adam updates one fused multi-tensor kernel. Each client draws its minibatches from
+    """``train_local`` with FlatAdam for C clients together, all starting from ``w_start``: the minibatch
+    gradients of the C clients' step s are one vmapped call over their stacked weights W (C, P), and their
+    Adam updates one fused multi-tensor kernel. One hook: ``extra_grad(W)``, the closed-form penalty
+    gradient of every client at once (``train_local``'s ``extra_grad`` row by row). Each client draws its minibatches from
     its own ``rng`` exactly as ``minibatches`` would, so the iterates are those of C calls of
     ``train_local`` up to float round-off (batched matrix products sum in another order); a client with
     fewer steps than the others is left out of the updates after its last one. ``states``: the clients'
@@ -220,14 +219,15 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
 
     grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
     total = torch.zeros(C, dtype=torch.float64, device=dev)
+    # alive[s, c]: step s is one of client c's (its loss counts); 1.0 × a loss is exact, so no branch
+    alive = (torch.arange(S, device=dev)[:, None] < torch.tensor(steps, device=dev)[None]).to(torch.float64)
     active = list(range(C))
     for s in range(S):
         active = [c for c in active if s < steps[c]]
         g, loss = grad_and_loss(W, x[rows_t[s]], y[rows_t[s]], mask_t[s])
         if extra_grad is not None:
             g.add_(extra_grad(W))
-        total += loss.double() * torch.tensor([s < n for n in steps], dtype=torch.float64, device=dev) \
-            if len(active) < C else loss.double()
+        total += loss.double() * alive[s]
         t_act = [t[c] for c in active]
         torch._foreach_add_(t_act, 1.0)
         torch._fused_adam_([W[c] for c in active], [g[c] for c in active], [m[c] for c in active],

@@ -6,7 +6,7 @@ Server:  w_g ← Σ_k (N_k/N) w_k
 
 from __future__ import annotations
 
-from fedbayes.methods.base import local_train_batched, prox_grad
+from fedbayes.methods.base import prox_grad
 from fedbayes.methods.fedavg import FedAvg
 
 
@@ -18,13 +18,9 @@ class FedProx(FedAvg):
         return {"w": res.w}, state, res.mean_loss
 
     def client_updates(self, ks, down, states, datas, rngs, rnd):
-        # the squared term's gradient α (W − w_g), row by row as client_update's; the unsquared one has a
-        # norm per client: one by one
+        # the squared term's gradient α (W − w_g) is elementwise, so the same on the stacked clients; the
+        # unsquared one has a norm per client: one by one
         if type(self).client_update is not FedProx.client_update or self.p.prox_norm != "squared":
             return None
         w_g, alpha = down["w"], float(self.hp["alpha"])
-        res = local_train_batched(self, w_g, datas, rngs, states, extra_grad=lambda W: alpha * (W - w_g))
-        if res is None:
-            return None
-        W, losses = res
-        return [({"w": W[i]}, states[i], losses[i]) for i in range(len(ks))]
+        return self.train_together(w_g, datas, rngs, states, extra_grad=lambda W: alpha * prox_grad(W, w_g, self.hp))
