@@ -16,7 +16,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench_fedavg import make_data
+from roofline import make_data
 from fedbayes.config import load_params, run_config
 from fedbayes.engine import pick_device, run_federated
 
@@ -31,8 +31,8 @@ def main():
     args = ap.parse_args()
     p = load_params(args.params, scale="paper")
     device = pick_device(p.get("device", "auto"))
-    data = make_data(p, args.experiment, 0, device)
     cfg = run_config(p, args.experiment, args.method, 0, *([args.point] if args.point else []))
+    data = make_data(p, args.experiment, cfg, device)
     cfg["rounds"], cfg["save_rounds"] = 1, [1]
     with tempfile.TemporaryDirectory() as tmp:
         run_federated(cfg, data, f"{tmp}/warm", device, log=lambda m: None)

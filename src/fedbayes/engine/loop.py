@@ -29,6 +29,7 @@ import torch
 from fedbayes.catalog import HPARAM_DEFAULTS, numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
+from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import ClientData, Method, build_method
@@ -196,6 +197,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     ``batch_clients`` (params.yaml ``batch_clients``; None = on a GPU only): a round's clients train
     together where the method can (``Method.client_updates``), the same numbers up to float round-off.
     """
+    keep_freed_memory()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seed, rounds, hp = cfg["seed"], cfg["rounds"], cfg["hparams"]

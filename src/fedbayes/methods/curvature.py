@@ -21,10 +21,14 @@ the quadratic prior penalty), so that neither method imports the other's module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import grad_and_value, vjp, vmap
+
+from fedbayes.methods import kernels
 
 
 def _sqrt_factor(logits: torch.Tensor) -> torch.Tensor:
@@ -110,11 +114,26 @@ def prior_grad(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: 
     (((λ/2) · precision) · (2 (w − μ)): the same operations in the same order, so the same bits,
     tests/test_fola.py), without building a graph over the parameter vector (two thirds of a FOLA
     step's time with autograd). ``released``: None (the detached penalty has no gradient)."""
+    return prior_grad_fn(mu, precision, lam, mode)(w)
+
+
+def prior_grad_fn(mu: torch.Tensor, precision: torch.Tensor, lam: float,
+                  mode: str = "paper") -> Callable[[torch.Tensor], torch.Tensor | None]:
+    """``w ↦ prior_grad(w, mu, precision, lam, mode)`` for the steps of one local update, into one buffer
+    (overwritten by the next call). Its factor is computed once: ((λ/2)·precision)·(2 d) and
+    (2·((λ/2)·precision))·d round alike, doubling being exact, so each step is one pass over the
+    parameters (d = (w − μ)·factor, ``kernels.scaled_difference_``) where it was four and two allocations."""
     if mode not in PRIOR_LOSSES:
         raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
     if mode == "released":
-        return None
-    return (precision * (0.5 * lam)).mul_((w.detach() - mu).mul_(2.0))
+        return lambda w: None
+    factor = (precision * (0.5 * lam)).mul_(2.0)
+    d = torch.empty_like(mu)
+
+    def gradient(w: torch.Tensor) -> torch.Tensor:
+        return kernels.scaled_difference_(d, w.detach(), mu, factor)
+
+    return gradient
 
 
 def per_example_grads(fm, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fedbayes.methods import kernels
 from fedbayes.methods.base import weighted_mean
 from fedbayes.methods.fedavg import FedAvg
 
@@ -50,7 +51,7 @@ class FedBE(FedAvg):
         mean = weighted_mean(ws, sizes)
         var = weighted_mean({k: (w - mean).square() for k, w in ws.items()}, sizes)
         std = (float(self.p.var_scale) * var).sqrt()
-        samples = [mean + std * torch.randn(mean.shape, generator=gen, dtype=mean.dtype).to(mean.device)
+        samples = [mean + std * kernels.randn(mean.shape, generator=gen, dtype=mean.dtype).to(mean.device)
                    for _ in range(int(self.p.teacher_samples))]
         clients = [ws[k] for k in sorted(ws)] if self.p.teacher_clients else []
         return [mean, *samples, *clients]

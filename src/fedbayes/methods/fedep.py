@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import grad, vmap
 
+from fedbayes.methods import kernels
 from fedbayes.methods.base import Method
 from fedbayes.methods.local import FlatSGD, minibatches, train_local
 from fedbayes.methods.ivon import gaussian_samples_logits
@@ -244,7 +245,7 @@ class FedEP(FedAvgM):
                 for idx in minibatches(n_k, bs, rng, data.x.device):
                     xb = data.x[idx]
                     std = (n_k * s + cav_lam + wd * n_k).clamp_min(1e-12).rsqrt()
-                    fbar = sum(sampled_fisher(self.fm, mu_t + std * torch.randn(mu_t.shape, generator=gen, device=mu_t.device),
+                    fbar = sum(sampled_fisher(self.fm, mu_t + std * kernels.randn(mu_t.shape, generator=gen, device=mu_t.device),
                                               xb, gen)
                                for _ in range(n_samples)) / (n_samples * len(xb))
                     s = beta * s + (1 - beta) * clip_mean_std(fbar)

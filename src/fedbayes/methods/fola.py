@@ -32,9 +32,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fedbayes.methods import kernels
 from fedbayes.methods.base import ClientData, Method
 from fedbayes.methods.local import make_optimizer, train_local
-from fedbayes.methods.curvature import PRIOR_LOSSES, per_example_grads, prior_grad
+from fedbayes.methods.curvature import PRIOR_LOSSES, per_example_grads, prior_grad_fn
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
@@ -65,8 +66,7 @@ def sgd_accumulating_fisher(fm, p, w_start: torch.Tensor, data: ClientData, rng:
     fisher, sq = torch.zeros_like(w_start), torch.empty_like(w_start)
 
     def squared_batch_gradient(g, size):          # fisher += (|b|/N) g², in place (fisher_norm code)
-        torch.mul(g, g, out=sq)
-        fisher.add_(sq.mul_(size / n))
+        kernels.add_scaled_square_(fisher, g, size / n, scratch=sq)
 
     def per_example(x, y):                        # Eq. 22's per-example squared gradients (fisher_norm paper)
         grads, losses = per_example_grads(fm, w, x, y)
@@ -126,7 +126,7 @@ class FOLA(Method):
         lam, mode = float(hp["lambda_prior"]), self.p.prior_loss
         precision = omega / rnd  # Eq. 24's ((r−1)/r) Σ_S*⁻¹ in cumulative units
         w, fisher, loss = sgd_accumulating_fisher(
-            self.fm, self.p, mu, data, rng, penalty_grad=lambda w: prior_grad(w, mu, precision, lam, mode))
+            self.fm, self.p, mu, data, rng, penalty_grad=prior_grad_fn(mu, precision, lam, mode))
         return {"w": w, "omega": omega + fisher}, state, loss
 
     def server_update(self, server, messages, rnd):

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedbayes.methods import kernels
 from fedbayes.methods.local import train_local
 from fedbayes.methods.spec import Hyperparameters
 
@@ -119,13 +120,14 @@ def _ivon_step_(m: torch.Tensor, h: torch.Tensor, g: torch.Tensor, t: int, grad:
     return t
 
 
-# ``_ivon_step_`` compiled into one loop over the parameters (torch.compile's C++ kernel): the same
-# elementwise operations in the same order, IEEE-rounded one by one (no contraction into fused
-# multiply-adds, no reassociation), so the same bits as the eager step — checked on every committed
-# BayesADMM / FedIVON replay (tests/test_replay.py) and on random state (tests/test_ivon.py) — at about
-# a quarter of its time (25 passes over the vectors become one). Used from COMPILE_MIN_PARAMS parameters
-# up, where it pays for its few seconds of compilation; FEDBAYES_COMPILE=0 turns it off, and a machine
-# where compilation fails (no C++ compiler) falls back to the eager step with one warning.
+# ``_ivon_step_`` compiled into one loop over the parameters — on the CPU the loop of ``kernels.cpp``,
+# elsewhere torch.compile's kernel: the same elementwise operations in the same order, IEEE-rounded one
+# by one (no contraction into fused multiply-adds, no reassociation), so the same bits as the eager step
+# — checked on every committed BayesADMM / FedIVON replay (tests/test_replay.py) and on random state
+# (tests/test_ivon.py, tests/test_kernels.py) — at about a quarter of its time (25 passes over the
+# vectors become one). Used from COMPILE_MIN_PARAMS parameters up, where it pays for its compilation;
+# FEDBAYES_COMPILE=0 turns it off, and a machine where compilation fails (no C++ compiler) falls back to
+# the eager step with one warning.
 COMPILE_MIN_PARAMS = 65_536
 _compiled = None
 
@@ -149,7 +151,7 @@ def _fall_back(err: Exception) -> None:
 class IVON:
     """IVON as a local optimiser of ``train_local`` (``methods/local.py``): its ``gradient`` is the
     MC average over posterior samples θ_s = m + ε_s/sqrt(λ(h + δ)) (noise from torch's global generator,
-    which the engine seeds per round and client), and its ``step`` is ``_ivon_step_`` on copies of the
+    which the engine seeds per round and client, drawn by ``noise.randn_``: torch.randn's numbers), and its ``step`` is ``_ivon_step_`` on copies of the
     state (the caller's tensors are never written). ``lr(i, n)``: the rate of local step i of n."""
 
     def __init__(self, st: IVONState, *, lr: Callable[[int, int], float], ess: float, delta, prior_mean=0.0,
@@ -175,21 +177,20 @@ class IVON:
 
     def gradient(self, objective):
         m, S = self.m, self.mc_samples
-        with torch.no_grad():
-            torch.mul(self.hd, self.ess, out=self.std)
-            self.std.rsqrt_()                                             # (λ(h + δ))^-1/2
         grad = nxg = None
         losses = []
         for s in range(S):
             if S == 1:  # into the buffers: ε∘std, θ = m + ε∘std, and ε∘std∘ĝ in ε's place
                 noise = self.noise
                 with torch.no_grad():
-                    torch.randn(m.shape, dtype=m.dtype, device=m.device, out=noise)
-                    noise.mul_(self.std)
-                    torch.add(m, noise, out=self.theta)
+                    kernels.sample_(noise, self.theta, m, self.hd, self.ess, self.std)
                 theta = self.theta.detach().requires_grad_(True)
             else:
-                noise = torch.randn(m.shape, dtype=m.dtype, device=m.device) * self.std
+                if s == 0:
+                    with torch.no_grad():
+                        torch.mul(self.hd, self.ess, out=self.std)
+                        self.std.rsqrt_()                                 # (λ(h + δ))^-1/2
+                noise = kernels.randn(m.shape, dtype=m.dtype, device=m.device) * self.std
                 theta = (m + noise).requires_grad_(True)
             reported, loss = objective(theta)
             (gs,) = torch.autograd.grad(loss, theta)
@@ -211,12 +212,16 @@ class IVON:
 
 
 def ivon_step_(m, h, g, t, grad, nxg, hd, a, b, *, lr, ess, **kw) -> int:
-    """``_ivon_step_``, through its compiled kernel where that is on (``_step_fn``): the step's changing
-    numbers (rate, effective sample size, the debiasing divisor of step t + 1) go in as 0-dim float32
-    tensors, the values the eager kernels compute with, so one kernel serves every step of a run."""
+    """``_ivon_step_`` at its fastest: on the CPU the compiled loop of ``kernels.ivon_step``; elsewhere (a
+    GPU) torch.compile's kernel where that is on (``_step_fn``), the step's changing numbers (rate,
+    effective sample size, the debiasing divisor of step t + 1) going in as 0-dim float32 tensors, the
+    values the eager kernels compute with, so that one kernel serves every step of a run."""
     step = _step_fn(m.numel())
     if step is _ivon_step_:
         return _ivon_step_(m, h, g, t, grad, nxg, hd, a, b, lr=lr, ess=ess, **kw)
+    done = kernels.ivon_step(m, h, g, t, grad, nxg, hd, lr=lr, ess=ess, **kw)
+    if done is not None:
+        return done
     f32 = lambda x: torch.tensor(x, dtype=m.dtype, device=m.device)  # noqa: E731
     bias = f32(1.0 - kw["beta1"] ** (t + 1) if kw["debias"] else 1.0)
     try:
@@ -272,6 +277,6 @@ def gaussian_samples_logits(fm, mean: torch.Tensor, std: torch.Tensor, x: torch.
     gen = torch.Generator(device=mean.device).manual_seed(int(seed))
     out = []
     for _ in range(int(n_samples)):
-        eps = torch.randn(mean.shape, generator=gen, dtype=mean.dtype, device=mean.device)
+        eps = kernels.randn(mean.shape, generator=gen, dtype=mean.dtype, device=mean.device)
         out.append(fm(mean + std * eps, x))
     return torch.stack(out)

@@ -1,0 +1,125 @@
+"""The compiled CPU kernels (fedbayes/methods/kernels.cpp) against the eager code they replace, bit for
+bit: torch.randn (values and the generator's state after), IVON's sampling step and IVON's update."""
+
+import itertools
+import math
+import os
+
+import pytest
+import torch
+
+from fedbayes.methods import ivon, kernels
+
+N = kernels.MIN_NUMEL + 37          # not a multiple of 16: normal_fill's redrawn tail
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = kernels.kernel()
+    if k is None and os.environ.get("FEDBAYES_COMPILE", "1") != "0" and \
+            torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        pytest.fail("the compiled kernels did not load (or differ from torch.randn) on an AVX2 machine")
+    if k is None:
+        pytest.skip("compiled kernels off here")
+    return k
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32)
+
+
+@pytest.mark.parametrize("n", [kernels.MIN_NUMEL, N, 178_110, 624 * 200 + 1])
+def test_randn_is_torch_randn(kernel, n):
+    """Same numbers from the same global generator state, draw after draw, and the generator left where
+    torch.randn leaves it (the next draw, by torch itself, agrees too)."""
+    torch.manual_seed(11)
+    torch.rand(3)                                             # start mid-stream
+    want = [torch.randn(n), torch.randn(n), torch.randn(5)]
+    torch.manual_seed(11)
+    torch.rand(3)
+    got = [kernels.randn((n,)), kernels.randn((n,)), torch.randn(5)]
+    for a, b in zip(want, got):
+        assert torch.equal(bits(a), bits(b))
+
+
+def test_randn_with_a_generator_and_the_fallbacks(kernel, monkeypatch):
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    assert torch.equal(bits(kernels.randn((N,), generator=g1)), bits(torch.randn(N, generator=g2)))
+    assert torch.equal(g1.get_state(), g2.get_state())
+    small = kernels.randn((100,), generator=g1)                # below MIN_NUMEL: torch.randn itself
+    assert torch.equal(small, torch.randn(100, generator=g2))
+    monkeypatch.setattr(kernels, "_kernel", False)            # unavailable: the eager code, same numbers
+    assert kernels.kernel() is None
+    assert torch.equal(kernels.randn((N,), generator=g1), torch.randn(N, generator=g2))
+
+
+def test_a_kernel_that_differs_is_not_used(monkeypatch):
+    """The self-check refuses a kernel whose draws are not torch.randn's."""
+    class Off:
+        def randn_(self, out, gen):
+            torch.randn(out.shape, generator=gen, out=out)
+            out[0] += 1.0
+    assert not kernels._agrees(Off())
+
+
+def test_sample_is_the_eager_draw(kernel):
+    gen = torch.Generator().manual_seed(2)
+    m, hd = torch.randn(N, generator=gen), torch.rand(N, generator=gen) * 2 + 1e-4
+    ess = 59_999.5
+    torch.manual_seed(8)
+    std = (hd * ess).rsqrt()
+    noise_want = torch.randn(N) * std
+    theta_want = m + noise_want
+    torch.manual_seed(8)
+    noise, theta, scratch = torch.empty(N), torch.empty(N), torch.empty(N)
+    kernels.sample_(noise, theta, m, hd, ess, scratch)
+    assert torch.equal(bits(noise), bits(noise_want)) and torch.equal(bits(theta), bits(theta_want))
+
+
+@pytest.mark.parametrize("vec_delta,vec_prior,with_v,with_u,clip",
+                         [(*c, r) for c in itertools.product([False, True], repeat=4) for r in (math.inf, 0.02)])
+def test_ivon_step_is_the_eager_step(kernel, vec_delta, vec_prior, with_v, with_u, clip):
+    """Every combination of vector/scalar δ and prior mean, duals v and u, and clipping: m, h, g, h + δ
+    and the step count after four steps equal the eager ``_ivon_step_``'s bit for bit."""
+    gen = torch.Generator().manual_seed(5)
+    r = lambda: torch.randn(N, generator=gen)  # noqa: E731
+    m, h, g = r(), r().abs() * 1e-3, r() * 1e-2
+    delta = r().abs() * 1e-2 + 1e-4 if vec_delta else 1e-3
+    kw = dict(ess=3000.0, delta=delta, beta1=0.9, beta2=0.99999, prior_mean=r() * 0.1 if vec_prior else 0.25,
+              v=r() * 1e-3 if with_v else None, u=r().abs() * 1e-4 if with_u else None, clip_radius=clip,
+              debias=True)
+    steps = [(r() * 0.1, r() * 1e-3, 0.01 * (1 - i / 5)) for i in range(4)]
+    out = []
+    for compiled in (False, True):
+        mm, hh, gg = m.clone(), h.clone(), g.clone()
+        hd, a, b, t = hh + delta, torch.empty(N), torch.empty(N), 0
+        for grad, nxg, lr in steps:
+            if compiled:
+                t = kernels.ivon_step(mm, hh, gg, t, grad, nxg, hd, lr=lr, **kw)
+            else:
+                t = ivon._ivon_step_(mm, hh, gg, t, grad, nxg, hd, a, b, lr=lr, **kw)
+        out.append((mm, hh, gg, hd, t))
+    (m1, h1, g1, hd1, t1), (m2, h2, g2, hd2, t2) = out
+    assert t1 == t2 == 4
+    for x, y in ((m1, m2), (h1, h2), (g1, g2), (hd1, hd2)):
+        assert torch.equal(bits(x), bits(y))
+
+
+def test_ivon_step_declines_what_it_cannot_take(kernel):
+    m = torch.zeros(N, dtype=torch.float64)
+    assert kernels.ivon_step(m, m, m, 0, m, m, m, lr=0.1, ess=1.0, delta=1.0, beta1=0.9, beta2=0.99,
+                             prior_mean=0.0, v=None, u=None, clip_radius=math.inf, debias=True) is None
+
+
+def test_folas_fisher_sum_and_prior_gradient_are_the_eager_ops(kernel):
+    gen = torch.Generator().manual_seed(9)
+    r = lambda: torch.randn(N, generator=gen)  # noqa: E731
+    acc, g, w, mu, factor = r().abs(), r() * 1e-2, r(), r(), r().abs() * 100
+    want = acc.clone()
+    want.add_(torch.mul(g, g).mul_(32 / 2021))
+    got = acc.clone()
+    kernels.add_scaled_square_(got, g, 32 / 2021, scratch=torch.empty(N))
+    assert torch.equal(bits(got), bits(want))
+    out = torch.empty(N)
+    assert kernels.scaled_difference_(out, w, mu, factor) is out
+    assert torch.equal(bits(out), bits(torch.sub(w, mu).mul_(factor)))
