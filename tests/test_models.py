@@ -64,3 +64,45 @@ def test_paper_models_have_the_papers_sizes_and_run_flat(name, shape, classes, n
     out = fm(fm.flat_params(), x)
     assert out.shape == (3, classes)
     torch.testing.assert_close(out, m(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,shape", [("emnist_cnn", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("resnet20_gn", (3, 32, 32))])
+def test_an_evaluation_split_into_row_chunks_has_the_whole_batchs_bits(name, shape):
+    """FlatModel evaluates a convolutional network EVAL_ROWS rows at a time (no gradient, CPU): the same
+    bits as one call on all rows, and a network with batch statistics or dropout is never split."""
+    import fedbayes.models as models
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model(name, shape, 10))
+    w = fm.flat_params()
+    x = torch.rand(2 * models.EVAL_ROWS + 37, *shape)
+    with torch.no_grad():
+        split = fm(w, x)
+        whole = torch.func.functional_call(fm.module, (fm.unflatten(w), fm.buffers), (x,))
+    assert fm.row_wise and torch.equal(split.view(torch.int32), whole.view(torch.int32))
+    assert not FlatModel(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))).row_wise
+    assert not FlatModel(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Dropout(0.5))).row_wise
+
+
+def test_maxpool2_evaluates_as_torchs_max_pooling():
+    """MaxPool2 without a gradient (four strided views): PyTorch's max pooling bit for bit on conv
+    outputs with ties (zero background), odd sizes and ±0, NaN where it gives NaN; with a gradient it is
+    PyTorch's pooling itself."""
+    import torch.nn.functional as F
+
+    from fedbayes.models import MaxPool2
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(1, 8, 5)
+    x = torch.rand(16, 1, 28, 28) * 255
+    x[:, :, :10] = 0
+    with torch.no_grad():
+        y = conv(x)
+        y[1, 1, 4:6, 4:6] = torch.tensor([[-0.0, 0.0], [-1.0, -2.0]])
+        for z in (y, y[..., :23, :21]):
+            assert torch.equal(F.max_pool2d(z, 2).view(torch.int32), MaxPool2()(z).view(torch.int32))
+        y[0, 0, 7, 7] = float("nan")
+        assert torch.equal(F.max_pool2d(y, 2).isnan(), MaxPool2()(y).isnan())
+    w = y.clone().requires_grad_(True)
+    out = MaxPool2()(w)
+    assert out.grad_fn is not None and "MaxPool2DWithIndices" in type(out.grad_fn).__name__

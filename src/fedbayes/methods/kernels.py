@@ -156,3 +156,4 @@ def scaled_difference_(out: torch.Tensor, w: torch.Tensor, mu: torch.Tensor, fac
         _kernel.scaled_difference_(out, w, mu, factor)
         return out
     return torch.sub(w, mu, out=out).mul_(factor)
+
