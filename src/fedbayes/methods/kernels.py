@@ -20,6 +20,7 @@ dtype, a GPU tensor, fewer than MIN_NUMEL numbers, ``FEDBAYES_COMPILE=0`` — th
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -31,6 +32,11 @@ _kernel = None          # None: not loaded yet; False: unavailable here
 
 def _load():
     from torch.utils.cpp_extension import load
+
+    if shutil.which("ninja") is None:            # the ninja package's binary (a dependency), off PATH in
+        import ninja                             # an unactivated virtual environment
+
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
     src = Path(__file__).with_name("kernels.cpp")
     return load(name="fedbayes_kernels", sources=[str(src)], verbose=False,

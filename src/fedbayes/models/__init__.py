@@ -38,6 +38,19 @@ class MaxPool2(nn.MaxPool2d):
         return torch.maximum(torch.maximum(a, b), torch.maximum(c, d))
 
 
+def mlp(in_features: int, n_classes: int, hidden=(200, 100), activation: str = "sigmoid") -> nn.Module:
+    """Fully connected network, e.g. 784-200-100-10 (FedLap / BayesADMM FMNIST and MNIST MLP)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose from {sorted(ACTIVATIONS)}")
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = in_features
+    for h in hidden:
+        layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]
+        width = h
+    layers.append(nn.Linear(width, n_classes))
+    return nn.Sequential(*layers)
+
+
 class PadZeroLogit(nn.Module):
     """(N, 1) → (N, 2) logits [0, z]: softmax over them is [1 − σ(z), σ(z)], so cross-entropy on these
     two logits is exactly the binary cross-entropy of a sigmoid output (and the GGN is σ(1 − σ) JᵀJ)."""
