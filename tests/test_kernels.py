@@ -83,8 +83,9 @@ def test_sample_is_the_eager_draw(kernel):
 @pytest.mark.parametrize("vec_delta,vec_prior,with_v,with_u,clip",
                          [(*c, r) for c in itertools.product([False, True], repeat=4) for r in (math.inf, 0.02)])
 def test_ivon_step_is_the_eager_step(kernel, vec_delta, vec_prior, with_v, with_u, clip):
-    """Every combination of vector/scalar δ and prior mean, duals v and u, and clipping: m, h, g, h + δ
-    and the step count after four steps equal the eager ``_ivon_step_``'s bit for bit."""
+    """Every combination of vector/scalar δ and prior mean, duals v and u, and clipping, with ĝ∘(θ − m)
+    given or formed by the kernel: m, h, g, h + δ and the step count after four steps equal the eager
+    ``_ivon_step_``'s bit for bit."""
     gen = torch.Generator().manual_seed(5)
     r = lambda: torch.randn(N, generator=gen)  # noqa: E731
     m, h, g = r(), r().abs() * 1e-3, r() * 1e-2
@@ -92,21 +93,23 @@ def test_ivon_step_is_the_eager_step(kernel, vec_delta, vec_prior, with_v, with_
     kw = dict(ess=3000.0, delta=delta, beta1=0.9, beta2=0.99999, prior_mean=r() * 0.1 if vec_prior else 0.25,
               v=r() * 1e-3 if with_v else None, u=r().abs() * 1e-4 if with_u else None, clip_radius=clip,
               debias=True)
-    steps = [(r() * 0.1, r() * 1e-3, 0.01 * (1 - i / 5)) for i in range(4)]
+    steps = [(r() * 0.1, r() * 1e-2, 0.01 * (1 - i / 5)) for i in range(4)]
     out = []
-    for compiled in (False, True):
+    for how in ("eager", "kernel", "kernel forms nxg"):
         mm, hh, gg = m.clone(), h.clone(), g.clone()
         hd, a, b, t = hh + delta, torch.empty(N), torch.empty(N), 0
-        for grad, nxg, lr in steps:
-            if compiled:
-                t = kernels.ivon_step(mm, hh, gg, t, grad, nxg, hd, lr=lr, **kw)
+        for grad, noise, lr in steps:                         # noise: θ − m; nxg = noise·grad
+            if how == "eager":
+                t = ivon._ivon_step_(mm, hh, gg, t, grad, noise * grad, hd, a, b, lr=lr, **kw)
+            elif how == "kernel":
+                t = kernels.ivon_step(mm, hh, gg, t, grad, noise * grad, hd, lr=lr, **kw)
             else:
-                t = ivon._ivon_step_(mm, hh, gg, t, grad, nxg, hd, a, b, lr=lr, **kw)
+                t = kernels.ivon_step(mm, hh, gg, t, grad, None, hd, lr=lr, noise=noise, **kw)
         out.append((mm, hh, gg, hd, t))
-    (m1, h1, g1, hd1, t1), (m2, h2, g2, hd2, t2) = out
-    assert t1 == t2 == 4
-    for x, y in ((m1, m2), (h1, h2), (g1, g2), (hd1, hd2)):
-        assert torch.equal(bits(x), bits(y))
+    for state in out[1:]:
+        assert state[4] == out[0][4] == 4
+        for x, y in zip(out[0][:4], state[:4]):
+            assert torch.equal(bits(x), bits(y))
 
 
 def test_ivon_step_declines_what_it_cannot_take(kernel):
@@ -127,3 +130,16 @@ def test_folas_fisher_sum_and_prior_gradient_are_the_eager_ops(kernel):
     out = torch.empty(N)
     assert kernels.scaled_difference_(out, w, mu, factor) is out
     assert torch.equal(bits(out), bits(torch.sub(w, mu).mul_(factor)))
+
+
+def test_ivon_refuses_a_gradient_changed_before_its_step():
+    """IVON forms ĝ∘(θ − m) at its step from the gradient its gradient() returned: a gradient changed in
+    between (a clipping hook) is an error, not a silently different update."""
+    from fedbayes.methods.ivon import IVON, IVONState
+
+    w = torch.zeros(64)
+    opt = IVON(IVONState.start(w, 0.1), lr=lambda i, n: 0.1, ess=100.0, delta=1e-3)
+    _, g = opt.gradient(lambda theta: ((theta ** 2).sum(),) * 2)
+    g.mul_(0.5)
+    with pytest.raises(RuntimeError, match="unchanged"):
+        opt.step(g, 0, 1)

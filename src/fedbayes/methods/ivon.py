@@ -166,6 +166,7 @@ class IVON:
         self.a, self.b, self.std = torch.empty_like(m), torch.empty_like(m), torch.empty_like(m)
         self.noise, self.theta = torch.empty_like(m), torch.empty_like(m)
         self.nxg = None
+        self._unscaled = None                          # (θ − m, ĝ, ĝ's version) while nxg is still to form
 
     @property
     def state(self) -> IVONState:
@@ -180,7 +181,7 @@ class IVON:
         grad = nxg = None
         losses = []
         for s in range(S):
-            if S == 1:  # into the buffers: ε∘std, θ = m + ε∘std, and ε∘std∘ĝ in ε's place
+            if S == 1:  # into the buffers: ε∘std, θ = m + ε∘std (ε∘std∘ĝ is formed by the step)
                 noise = self.noise
                 with torch.no_grad():
                     kernels.sample_(noise, self.theta, m, self.hd, self.ess, self.std)
@@ -195,8 +196,8 @@ class IVON:
             reported, loss = objective(theta)
             (gs,) = torch.autograd.grad(loss, theta)
             losses.append(reported.item() / S)
-            if S == 1:
-                grad, nxg = gs, noise.mul_(gs)
+            if S == 1:  # ĝ∘(θ − m) is formed by the step (from the noise buffer), which checks that ĝ is unchanged
+                grad, self._unscaled = gs, (noise, gs, gs._version)
             else:
                 grad = gs if grad is None else grad + (gs - grad) / (s + 1)       # running means
                 nxg = noise * gs if nxg is None else nxg + (noise * gs - nxg) / (s + 1)
@@ -204,24 +205,35 @@ class IVON:
         return tuple(losses), grad
 
     def step(self, grad: torch.Tensor, i: int, n: int) -> None:
+        noise = None
+        if self.nxg is None:
+            noise, gs, version = self._unscaled
+            if grad is not gs or gs._version != version:
+                raise RuntimeError("IVON.step takes the gradient its gradient() returned, unchanged (its "
+                                   "∇ℓ̄(θ)∘(θ − m) is formed from it): no on_grad, extra_grad or clipping hook")
         args = (self.m, self.h, self.g, self.t, grad, self.nxg, self.hd, self.a, self.b)
         kw = dict(lr=self.lr(i, n), ess=self.ess, delta=self.delta, beta1=self.beta1, beta2=self.beta2,
-                  prior_mean=self.prior_mean, v=self.v, u=self.u, clip_radius=self.clip_radius, debias=self.debias)
+                  prior_mean=self.prior_mean, v=self.v, u=self.u, clip_radius=self.clip_radius, debias=self.debias,
+                  noise=noise)
         with torch.no_grad():
             self.t = ivon_step_(*args, **kw)
 
 
-def ivon_step_(m, h, g, t, grad, nxg, hd, a, b, *, lr, ess, **kw) -> int:
+def ivon_step_(m, h, g, t, grad, nxg, hd, a, b, *, lr, ess, noise=None, **kw) -> int:
     """``_ivon_step_`` at its fastest: on the CPU the compiled loop of ``kernels.ivon_step``; elsewhere (a
     GPU) torch.compile's kernel where that is on (``_step_fn``), the step's changing numbers (rate,
     effective sample size, the debiasing divisor of step t + 1) going in as 0-dim float32 tensors, the
-    values the eager kernels compute with, so that one kernel serves every step of a run."""
+    values the eager kernels compute with, so that one kernel serves every step of a run. ``nxg`` None:
+    formed here as ``noise``·``grad`` (in ``noise``'s place where the kernel does not run)."""
     step = _step_fn(m.numel())
+    if step is not _ivon_step_:
+        done = kernels.ivon_step(m, h, g, t, grad, nxg, hd, lr=lr, ess=ess, noise=noise, **kw)
+        if done is not None:
+            return done
+    if nxg is None:
+        nxg = noise.mul_(grad)
     if step is _ivon_step_:
         return _ivon_step_(m, h, g, t, grad, nxg, hd, a, b, lr=lr, ess=ess, **kw)
-    done = kernels.ivon_step(m, h, g, t, grad, nxg, hd, lr=lr, ess=ess, **kw)
-    if done is not None:
-        return done
     f32 = lambda x: torch.tensor(x, dtype=m.dtype, device=m.device)  # noqa: E731
     bias = f32(1.0 - kw["beta1"] ** (t + 1) if kw["debias"] else 1.0)
     try:

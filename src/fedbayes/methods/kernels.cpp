@@ -156,11 +156,11 @@ void sample_(torch::Tensor noise, torch::Tensor theta, torch::Tensor m, torch::T
 namespace {
 #pragma GCC push_options
 #pragma GCC optimize("O3", "fp-contract=off")
-// one instance per combination of vector/scalar δ and prior mean, duals v and u, clipping: branch-free
-// loops the compiler vectorises
-template <bool DV, bool PV, bool V, bool U, bool CLIP>
+// one instance per combination of vector/scalar δ and prior mean, duals v and u, clipping, and nxg given
+// or formed from the noise (θ − m) and the gradient: branch-free loops the compiler vectorises
+template <bool DV, bool PV, bool V, bool U, bool CLIP, bool MUL>
 void ivon_loop(float* __restrict m, float* __restrict h, float* __restrict g, float* __restrict hd,
-               const float* __restrict grad, const float* __restrict nxg, int64_t n,
+               const float* __restrict grad, const float* __restrict nxg, const float* __restrict noise, int64_t n,
                const float* __restrict delta, float delta_s, const float* __restrict pm, float pm_s,
                const float* __restrict v, const float* __restrict u,
                float b1, float one_b1, float ess, float c2, float b2, float one_b2, float bias, float lr, float radius) {
@@ -168,7 +168,8 @@ void ivon_loop(float* __restrict m, float* __restrict h, float* __restrict g, fl
     const float dl = DV ? delta[i] : delta_s;
     float gi = g[i] * b1;
     gi = gi + grad[i] * one_b1;                           // g = β1 g + (1 − β1) ĝ
-    float a = nxg[i] * hd[i];
+    const float nx = MUL ? noise[i] * grad[i] : nxg[i];  // MUL: ∇ℓ̄(θ)∘(θ − m) formed here
+    float a = nx * hd[i];
     a = a * ess;
     if (U) a = a - u[i];                                  // ĥ
     float b = h[i] - a;
@@ -205,25 +206,30 @@ const float* optional_vector(const torch::Tensor& t, int64_t n, const char* name
 }  // namespace
 
 void ivon_step_(torch::Tensor m, torch::Tensor h, torch::Tensor g, torch::Tensor hd, torch::Tensor grad,
-                torch::Tensor nxg, torch::Tensor delta, double delta_s, torch::Tensor prior_mean, double prior_mean_s,
+                torch::Tensor nxg, torch::Tensor noise, torch::Tensor delta, double delta_s, torch::Tensor prior_mean, double prior_mean_s,
                 torch::Tensor v, torch::Tensor u, double beta1, double one_beta1, double beta2, double one_beta2,
                 double c2, double ess, double bias, double lr, double clip_radius) {
   const int64_t n = m.numel();
-  for (auto* t : {&m, &h, &g, &hd, &grad, &nxg}) check(*t, "ivon_step_ state", n);
+  for (auto* t : {&m, &h, &g, &hd, &grad}) check(*t, "ivon_step_ state", n);
+  const float* nxv = optional_vector(nxg, n, "nxg");
+  const float* nov = optional_vector(noise, n, "noise");
+  TORCH_CHECK((nxv == nullptr) != (nov == nullptr), "ivon_step_: nxg, or the noise to form it from");
   const bool clip = std::isfinite(clip_radius);
   const float* dv = optional_vector(delta, n, "delta");
   const float* pv = optional_vector(prior_mean, n, "prior_mean");
   const float* vv = optional_vector(v, n, "v");
   const float* uv = optional_vector(u, n, "u");
-  using Loop = decltype(&ivon_loop<false, false, false, false, false>);
-  static const Loop loops[32] = {
-#define L(k) &ivon_loop<bool((k) & 1), bool((k) & 2), bool((k) & 4), bool((k) & 8), bool((k) & 16)>
-      L(0), L(1), L(2), L(3), L(4), L(5), L(6), L(7), L(8), L(9), L(10), L(11), L(12), L(13), L(14), L(15),
-      L(16), L(17), L(18), L(19), L(20), L(21), L(22), L(23), L(24), L(25), L(26), L(27), L(28), L(29), L(30), L(31)};
+  using Loop = decltype(&ivon_loop<false, false, false, false, false, false>);
+  static const Loop loops[64] = {
+#define L(k) &ivon_loop<bool((k) & 1), bool((k) & 2), bool((k) & 4), bool((k) & 8), bool((k) & 16), bool((k) & 32)>
+#define L8(k) L(k), L(k + 1), L(k + 2), L(k + 3), L(k + 4), L(k + 5), L(k + 6), L(k + 7)
+      L8(0), L8(8), L8(16), L8(24), L8(32), L8(40), L8(48), L8(56)};
+#undef L8
 #undef L
-  const int which = (dv != nullptr) | (pv != nullptr) << 1 | (vv != nullptr) << 2 | (uv != nullptr) << 3 | clip << 4;
+  const int which = (dv != nullptr) | (pv != nullptr) << 1 | (vv != nullptr) << 2 | (uv != nullptr) << 3 |
+                    clip << 4 | (nov != nullptr) << 5;
   loops[which](m.data_ptr<float>(), h.data_ptr<float>(), g.data_ptr<float>(), hd.data_ptr<float>(),
-            grad.data_ptr<float>(), nxg.data_ptr<float>(), n,
+            grad.data_ptr<float>(), nxv, nov, n,
             dv, static_cast<float>(delta_s), pv, static_cast<float>(prior_mean_s), vv, uv,
             static_cast<float>(beta1), static_cast<float>(one_beta1), static_cast<float>(ess),
             static_cast<float>(c2), static_cast<float>(beta2), static_cast<float>(one_beta2),

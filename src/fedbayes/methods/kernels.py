@@ -128,17 +128,20 @@ def _vector_or_scalar(x, n: int):
 
 
 def ivon_step(m, h, g, t: int, grad, nxg, hd, *, lr: float, ess: float, delta, beta1: float, beta2: float,
-              prior_mean, v, u, clip_radius: float, debias: bool) -> int | None:
+              prior_mean, v, u, clip_radius: float, debias: bool, noise=None) -> int | None:
     """``ivon._ivon_step_`` in the compiled kernel: m, h, g and hd (h + δ) updated in place, the new step
-    count returned; None (nothing done) where the kernel cannot take these tensors. The scalars are
-    computed here as the eager step computes them (Python floats, rounded to float32 by the kernel)."""
+    count returned; None (nothing done) where the kernel cannot take these tensors. ``nxg`` = ĝ∘(θ − m),
+    or None with ``noise`` = θ − m, the kernel then forming noise·grad itself (the same rounding; a pass
+    saved). The scalars are computed here as the eager step computes them (Python floats, rounded to
+    float32 by the kernel)."""
     n = m.numel()
     vectors = [x for x in (delta, prior_mean, v, u) if isinstance(x, torch.Tensor) and x.numel() == n]
-    if not usable(m, h, g, hd, grad, nxg, *vectors):
+    if not usable(m, h, g, hd, grad, nxg if noise is None else noise, *vectors):
         return None
     t += 1
     bias = 1.0 - beta1 ** t if debias else 1.0
-    _kernel.ivon_step_(m, h, g, hd, grad, nxg, *_vector_or_scalar(delta, n), *_vector_or_scalar(prior_mean, n),
+    _kernel.ivon_step_(m, h, g, hd, grad, _EMPTY if nxg is None else nxg, _EMPTY if noise is None else noise,
+                       *_vector_or_scalar(delta, n), *_vector_or_scalar(prior_mean, n),
                        _EMPTY if v is None else v, _EMPTY if u is None else u,
                        beta1, 1.0 - beta1, beta2, 1.0 - beta2, 0.5 * (1.0 - beta2) ** 2, float(ess), bias,
                        float(lr), float(clip_radius))
