@@ -216,10 +216,15 @@ def test_in_place_ivon_train_is_bit_identical_to_the_functional_step(kw):
 
 
 @pytest.mark.parametrize("with_duals,clip,vector_delta", [(True, math.inf, True), (False, 0.5, False), (True, 0.05, True)])
-def test_compiled_ivon_step_is_the_eager_step_bit_for_bit(with_duals, clip, vector_delta):
-    """From COMPILE_MIN_PARAMS parameters up IVON steps with torch.compile's kernel of ``_ivon_step_``:
-    the state it leaves (m, h, g, h + δ, t) equals the eager step's bit for bit, over several steps."""
-    from fedbayes.methods import ivon
+@pytest.mark.parametrize("cpu_kernels", [True, False])
+def test_compiled_ivon_step_is_the_eager_step_bit_for_bit(with_duals, clip, vector_delta, cpu_kernels, monkeypatch):
+    """From COMPILE_MIN_PARAMS parameters up IVON steps with a compiled kernel of ``_ivon_step_`` (on the
+    CPU ``kernels.cpp``'s loop; without it, as on a GPU, torch.compile's): the state it leaves (m, h, g,
+    h + δ, t) equals the eager step's bit for bit, over several steps."""
+    from fedbayes.methods import ivon, kernels
+
+    if not cpu_kernels:
+        monkeypatch.setattr(kernels, "_kernel", False)
 
     n = ivon.COMPILE_MIN_PARAMS + 17
     gen = torch.Generator().manual_seed(3)

@@ -31,10 +31,9 @@ def keep_freed_memory() -> bool:
         return False
     name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = libc.mallopt if libc is not None else None
-    except (OSError, AttributeError):
-        return False
+        mallopt = ctypes.CDLL(name).mallopt if name else None
+    except (OSError, AttributeError):          # no such library, or a libc without mallopt
+        mallopt = None
     if mallopt is None:
         return False
     _done = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -110,10 +110,10 @@ def prior_loss(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: 
 
 def prior_grad(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: float,
                mode: str = "paper") -> torch.Tensor | None:
-    """The gradient of ``prior_loss`` in closed form, λ · precision ∘ (w − μ), as autograd computes it
-    (((λ/2) · precision) · (2 (w − μ)): the same operations in the same order, so the same bits,
-    tests/test_fola.py), without building a graph over the parameter vector (two thirds of a FOLA
-    step's time with autograd). ``released``: None (the detached penalty has no gradient)."""
+    """The gradient of ``prior_loss`` in closed form, λ · precision ∘ (w − μ), with autograd's bits
+    (it computes ((λ/2) · precision) · (2 (w − μ)); ``prior_grad_fn`` moves the exact doubling onto the
+    factor; tests/test_fola.py), without building a graph over the parameter vector (two thirds of a
+    FOLA step's time with autograd). ``released``: None (the detached penalty has no gradient)."""
     return prior_grad_fn(mu, precision, lam, mode)(w)
 
 

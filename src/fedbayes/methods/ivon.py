@@ -128,7 +128,7 @@ def _ivon_step_(m: torch.Tensor, h: torch.Tensor, g: torch.Tensor, t: int, grad:
 # vectors become one). Used from COMPILE_MIN_PARAMS parameters up, where it pays for its compilation;
 # FEDBAYES_COMPILE=0 turns it off, and a machine where compilation fails (no C++ compiler) falls back to
 # the eager step with one warning.
-COMPILE_MIN_PARAMS = 65_536
+COMPILE_MIN_PARAMS = kernels.MIN_NUMEL   # the CPU kernels' threshold too
 _compiled = None
 
 
@@ -151,8 +151,8 @@ def _fall_back(err: Exception) -> None:
 class IVON:
     """IVON as a local optimiser of ``train_local`` (``methods/local.py``): its ``gradient`` is the
     MC average over posterior samples θ_s = m + ε_s/sqrt(λ(h + δ)) (noise from torch's global generator,
-    which the engine seeds per round and client, drawn by ``noise.randn_``: torch.randn's numbers), and its ``step`` is ``_ivon_step_`` on copies of the
-    state (the caller's tensors are never written). ``lr(i, n)``: the rate of local step i of n."""
+    which the engine seeds per round and client, drawn by ``kernels.sample_``: torch.randn's numbers), and
+    its ``step`` is ``_ivon_step_`` on copies of the state (the caller's tensors are never written). ``lr(i, n)``: the rate of local step i of n."""
 
     def __init__(self, st: IVONState, *, lr: Callable[[int, int], float], ess: float, delta, prior_mean=0.0,
                  v=None, u=None, beta1: float = 0.9, beta2: float = 0.99999, mc_samples: int = 1,
@@ -224,14 +224,14 @@ def ivon_step_(m, h, g, t, grad, nxg, hd, a, b, *, lr, ess, noise=None, **kw) ->
     GPU) torch.compile's kernel where that is on (``_step_fn``), the step's changing numbers (rate,
     effective sample size, the debiasing divisor of step t + 1) going in as 0-dim float32 tensors, the
     values the eager kernels compute with, so that one kernel serves every step of a run. ``nxg`` None:
-    formed here as ``noise``·``grad`` (in ``noise``'s place where the kernel does not run)."""
-    step = _step_fn(m.numel())
-    if step is not _ivon_step_:
-        done = kernels.ivon_step(m, h, g, t, grad, nxg, hd, lr=lr, ess=ess, noise=noise, **kw)
-        if done is not None:
-            return done
+    formed here as ``noise``·``grad`` (in ``noise``'s place where the kernel does not run). The CPU kernel
+    is tried first, so that a CPU run never builds (or imports) torch.compile."""
+    done = kernels.ivon_step(m, h, g, t, grad, nxg, hd, lr=lr, ess=ess, noise=noise, **kw)
+    if done is not None:
+        return done
     if nxg is None:
         nxg = noise.mul_(grad)
+    step = _step_fn(m.numel())
     if step is _ivon_step_:
         return _ivon_step_(m, h, g, t, grad, nxg, hd, a, b, lr=lr, ess=ess, **kw)
     f32 = lambda x: torch.tensor(x, dtype=m.dtype, device=m.device)  # noqa: E731

@@ -113,7 +113,10 @@ void check(const torch::Tensor& t, const char* name, int64_t numel) {
 }
 
 // The perturbation of IVON's sampling step, IEEE-rounded one operation at a time as torch's eager kernels
-// round it (no fused multiply-add): std = 1/sqrt(hd * ess), noise *= std, theta = m + noise.
+// round it (fp-contract off: m + noise * std is never one fused multiply-add): std = 1/sqrt(hd * ess),
+// noise *= std, theta = m + noise.
+#pragma GCC push_options
+#pragma GCC optimize("O3", "fp-contract=off")
 void perturb(float* noise, float* theta, const float* m, const float* hd, float ess, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; ++i) {
     const float std = 1.0f / std::sqrt(hd[i] * ess);
@@ -122,6 +125,7 @@ void perturb(float* noise, float* theta, const float* m, const float* hd, float 
     theta[i] = m[i] + e;
   }
 }
+#pragma GCC pop_options
 
 }  // namespace
 
@@ -139,7 +143,7 @@ void sample_(torch::Tensor noise, torch::Tensor theta, torch::Tensor m, torch::T
              std::optional<at::Generator> generator) {
   const int64_t n = noise.numel();
   TORCH_CHECK(n >= 16, "sample_: at least 16 elements");
-  check(noise, "sample_ noise", n); check(theta, "sample_ theta", n); check(m, "sample_ m", n); check(hd, "sample_ hd", n);
+  for (auto* t : {&noise, &theta, &m, &hd}) check(*t, "sample_", n);
   float* e = noise.data_ptr<float>();
   float* th = theta.data_ptr<float>();
   const float* mp = m.data_ptr<float>();
@@ -263,7 +267,7 @@ void scaled_difference_loop(float* __restrict out, const float* __restrict w, co
 
 void add_scaled_square_(torch::Tensor acc, torch::Tensor g, double c) {
   const int64_t n = acc.numel();
-  check(acc, "add_scaled_square_ acc", n); check(g, "add_scaled_square_ g", n);
+  for (auto* t : {&acc, &g}) check(*t, "add_scaled_square_", n);
   add_scaled_square_loop(acc.data_ptr<float>(), g.data_ptr<float>(), static_cast<float>(c), n);
 }
 

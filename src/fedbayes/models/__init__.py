@@ -13,7 +13,6 @@ from torch.func import functional_call
 ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
 
 
-
 def _windows(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The four positions of the non-overlapping 2×2 windows (odd last rows/columns dropped, as pooling
     does)."""
@@ -310,12 +309,12 @@ class FlatModel:
     def __call__(self, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if self.ops is not None and not _has_hooks(self.module):
             return self._direct(w, x)
+        params = (self.unflatten(w), self.buffers)
         if (len(x) > EVAL_ROWS and self.row_wise and x.device.type == "cpu" and not torch.is_grad_enabled()
                 and not _has_hooks(self.module)):
-            params = (self.unflatten(w), self.buffers)
             return torch.cat([functional_call(self.module, params, (x[i:i + EVAL_ROWS],))
                               for i in range(0, len(x), EVAL_ROWS)])
-        return functional_call(self.module, (self.unflatten(w), self.buffers), (x,))
+        return functional_call(self.module, params, (x,))
 
     def to(self, device) -> "FlatModel":
         self.module.to(device)
