@@ -27,7 +27,7 @@ if not EFFECTIVE.exists() or EFFECTIVE.read_text() != _text:
 # The package's CLI through the Python that runs this workflow, so `.venv/bin/snakemake …` works without
 # activating the venv (a bare `fedbayes` would need it on PATH).
 FEDBAYES = f"{shlex.quote(sys.executable)} -m fedbayes.cli"
-CLI = f"{FEDBAYES} {{cmd}} --params {EFFECTIVE}"
+CLI = f"{FEDBAYES} {{cmd}} --params {shlex.quote(str(EFFECTIVE))}"
 
 
 def cli(cmd):

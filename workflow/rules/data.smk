@@ -17,7 +17,7 @@ rule data:
     log:
         f"{WORK}/logs/data/{{dataset}}.log",
     shell:
-        f"{FEDBAYES} data {{wildcards.dataset}} --root {RAW} --status {{output}} 2>&1 | tee {{log}}"
+        f"{FEDBAYES} data {{wildcards.dataset}} --root {shlex.quote(RAW)} --status {{output:q}} 2>&1 | tee {{log:q}}"
 
 
 def data_status(dataset):

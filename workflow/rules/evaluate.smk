@@ -28,7 +28,7 @@ rule evaluate:
         code=code_hash(code("eval")),
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
     shell:
-        f"{FEDBAYES} evaluate '{{params.out}}'"
+        f"{FEDBAYES} evaluate {{params.out:q}}"
 
 
 def selection_source(wc):
@@ -55,7 +55,7 @@ checkpoint select:
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
         source=lambda wc: [json.loads(Path(f).read_text())["point"] if Path(f).exists() else "" for f in selection_source(wc)],
     shell:
-        cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output}"
+        cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output:q}"
 
 
 def selections(wc):
@@ -69,7 +69,7 @@ rule sweep_report:
         report(f"{REPORTS}/sweeps/{{experiment}}.csv", caption="../report/sweep.rst", category="Sweeps (selection)",
                subcategory="{experiment}", labels={"file": "{experiment}.csv"}),
     shell:
-        cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"
+        cli("sweep-report") + " --experiment {wildcards.experiment} --out {output:q}"
 
 
 def sweeps_beside(table, spec):
@@ -92,4 +92,4 @@ if SWEEP_FOLDERS:
         wildcard_constraints:
             folder="|".join(re.escape(f) for f in SWEEP_FOLDERS),
         shell:
-            cli("sweep-report") + " --experiment {wildcards.experiment} --out {output}"
+            cli("sweep-report") + " --experiment {wildcards.experiment} --out {output:q}"

@@ -15,4 +15,4 @@ rule partition:
         f"{WORK}/logs/partition/{{experiment}}/seed{{seed}}.log",
     shell:
         cli("partition") + " --experiment {wildcards.experiment} --seed {wildcards.seed}"
-        " --out {output.npz} --figure {output.figure} 2>&1 | tee {log}"
+        " --out {output.npz:q} --figure {output.figure:q} 2>&1 | tee {log:q}"

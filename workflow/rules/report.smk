@@ -104,7 +104,7 @@ for _table, _spec in config["tables"].items():
             code=code_hash(code("reports", "papers")),
             name=_table,
         shell:
-            cli("table") + " {params.name} --out {output.csv}"
+            cli("table") + " {params.name:q} --out {output.csv:q}"
 
 
 for _toy in config.get("toys", {}):
@@ -124,7 +124,7 @@ for _toy in config.get("toys", {}):
             code=code_hash(code("toys", "reports/toys.py", "papers")),
             name=_toy,
         shell:
-            cli("toy") + " {params.name} --out {output.csv}"
+            cli("toy") + " {params.name:q} --out {output.csv:q}"
 
 
 # The reproduction scorecard: every table's published cells counted by verdict, the causes of the cells
@@ -143,7 +143,7 @@ rule scorecard:
         spec=json.dumps(_SC, sort_keys=True),
         code=code_hash(code("reports/scorecard.py", "papers")),
     shell:
-        cli("scorecard") + " --out {output}"
+        cli("scorecard") + " --out {output:q}"
 
 # DVC's view of the headline table (params.yaml `headline`; dvc.yaml `metrics:` and `plots:`): a flat
 # JSON of our last-round numbers per experiment × method (<reports>/metrics/<experiment>/<method>.json:
@@ -166,4 +166,4 @@ if HEADLINE:
             spec=json.dumps(HEADLINE, sort_keys=True),
             code=code_hash(code("reports/headline.py", "reports/tables.py")),
         shell:
-            cli("headline") + " {input.table} --out {output.metrics}"
+            cli("headline") + " {input.table:q} --out {output.metrics:q}"

@@ -32,12 +32,13 @@ rule mlflow_log:
     output:
         f"{WORK}/mlflow/{{experiment}}/{{method}}.runs",
     params:
-        runs=lambda wc: " ".join(f"--run '{pt}' {s} '{run_dir(wc.experiment, wc.method, pt, s)}' "
-                                 f"'{partition_figure_of(wc.experiment, s)}'" for pt, s in method_runs(wc.experiment, wc.method)),
+        runs=lambda wc: " ".join(shlex.join(["--run", pt, str(s), run_dir(wc.experiment, wc.method, pt, s),
+                                             partition_figure_of(wc.experiment, s)])
+                                 for pt, s in method_runs(wc.experiment, wc.method)),
     resources:
         mlflow_db=1,
     log:
         f"{WORK}/logs/mlflow/{{experiment}}/{{method}}.log",
     shell:
         cli("track") + " --experiment {wildcards.experiment} --method {wildcards.method} {params.runs}"
-        " --selected {input.selected} --marker '{output}' > '{log}' 2>&1"
+        " --selected {input.selected:q} --marker {output:q} > {log:q} 2>&1"

@@ -61,5 +61,5 @@ rule train:
         f"{WORK}/logs/train/{{experiment}}/{{method}}/{{point}}/seed{{seed}}.log",
     shell:
         cli("train") + " --experiment {wildcards.experiment} --method {wildcards.method}"
-        " --point '{wildcards.point}' --seed {wildcards.seed} --partition {params.partition}"
-        " --out '{params.out}' --threads {threads} 2>&1 | tee '{log}'"
+        " --point {wildcards.point:q} --seed {wildcards.seed} --partition {params.partition:q}"
+        " --out {params.out:q} --threads {threads} 2>&1 | tee {log:q}"
