@@ -21,6 +21,7 @@ from .registry import (
 from .sources import MIRRORS_ENV, DataIntegrityError, DataUnavailableError, FileSpec
 
 from . import images, tabular  # noqa: E402,F401  (register their datasets)
+from . import standin  # noqa: E402,F401  (after them: it snapshots the official specs)
 
 
 def train_groups(name: str, root=DEFAULT_ROOT):

@@ -227,11 +227,27 @@ class PackageSource:
         return [Candidate(label, missing=f"missing from installed {self.package}")]
 
 
+class IncompleteDownloadError(ConnectionError):
+    """The server closed the connection before sending the announced Content-Length."""
+
+
 def download_url(url: str, dst: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
-    """Stream ``url`` into ``dst`` (tests monkeypatch this)."""
+    """Stream ``url`` into ``dst`` (tests monkeypatch this).
+
+    A transfer cut short raises IncompleteDownloadError: http.client's chunked reads return the
+    bytes received so far without an error when the connection drops early, which would otherwise
+    surface as a "checksum mismatch" of the truncated file (misread as a bad file on the server, and
+    for the unpinned tabular sets an md5 a user might pin).
+    """
     req = urllib.request.Request(url, headers={"User-Agent": "fedbayes-data/1"})
     with urllib.request.urlopen(req, timeout=timeout) as resp, open(dst, "wb") as out:
         shutil.copyfileobj(resp, out, _CHUNK)
+        announced = resp.headers.get("Content-Length")
+        encoded = resp.headers.get("Content-Encoding", "identity").lower() != "identity"
+        got = out.tell()
+    if announced is not None and announced.strip().isdigit() and not encoded and got != int(announced):
+        raise IncompleteDownloadError(f"incomplete download: got {got} of {int(announced)} bytes "
+                                      "(the connection closed early)")
 
 
 class URLSource:
