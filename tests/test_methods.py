@@ -326,3 +326,18 @@ def test_prox_grad_is_the_gradient_of_the_proximal_term(mode):
     assert torch.equal(prox_grad(w_g, w_g, {"prox_norm": "unsquared"}), torch.zeros_like(w))  # torch.norm's 0 at 0
     with pytest.raises(ValueError, match="prox_norm"):
         prox_grad(w, w_g, {"prox_norm": "cubed"})
+
+
+def test_diag_ggn_on_a_model_with_dropout_is_the_eval_mode_curvature():
+    """Rehearsal bug: FedLap-Cov on CIFAR-10 (FROMP's CifarNet, with dropout) crashed in its first round
+    ("vmap: called random operation"), the curvature pass running the model in training mode. The GGN is
+    taken with dropout off (as evaluation), and the model's mode is left as it was."""
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("cifar_cnn", (3, 12, 12), 10))
+    x = torch.rand(2, 3, 12, 12)
+    fm.module.train()
+    got = diag_ggn(fm, fm.flat_params(), x)
+    assert fm.module.training
+    fm.module.eval()
+    torch.testing.assert_close(got, diag_ggn_vjp(fm, fm.flat_params(), x))
+    assert (got >= 0).all() and got.sum() > 0

@@ -39,11 +39,17 @@ def _sqrt_factor(logits: torch.Tensor) -> torch.Tensor:
 
 
 def diag_ggn(fm, w: torch.Tensor, x: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-    """Σ over the rows of ``x`` of the exact diagonal GGN of softmax cross-entropy at ``w`` (sum-loss units)."""
+    """Σ over the rows of ``x`` of the exact diagonal GGN of softmax cross-entropy at ``w`` (sum-loss units),
+    of the model as it predicts: dropout off (evaluation mode) for the pass, the module's mode restored."""
     param_modules = [m for m in fm.module.modules() if any(True for _ in m.parameters(recurse=False))]
-    if all(isinstance(m, nn.Linear) for m in param_modules):
-        return sum(_diag_ggn_linear(fm, w, x[i:i + chunk]) for i in range(0, len(x), chunk))
-    return diag_ggn_vjp(fm, w, x)
+    training = fm.module.training
+    fm.module.eval()
+    try:
+        if all(isinstance(m, nn.Linear) for m in param_modules):
+            return sum(_diag_ggn_linear(fm, w, x[i:i + chunk]) for i in range(0, len(x), chunk))
+        return diag_ggn_vjp(fm, w, x)
+    finally:
+        fm.module.train(training)
 
 
 def _diag_ggn_linear(fm, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
