@@ -341,3 +341,32 @@ def test_diag_ggn_on_a_model_with_dropout_is_the_eval_mode_curvature():
     fm.module.eval()
     torch.testing.assert_close(got, diag_ggn_vjp(fm, fm.flat_params(), x))
     assert (got >= 0).all() and got.sum() > 0
+
+
+def test_every_curvature_and_per_example_pass_runs_on_a_model_with_dropout():
+    """Rehearsal bug: FedEP-L/V's sampled Fisher on the EMNIST-62 CNN (cnn_dropout) crashed in its first
+    round, as FedLap-Cov's GGN did on CIFAR-10. Curvature passes (FedEP's sampled Fisher, FedCurv's
+    offline Fisher) take the predictive model (dropout off: the same values as in evaluation mode);
+    FOLA's per-example gradients are part of its training step and draw one dropout mask per example."""
+    from fedbayes.methods.base import ClientData
+    from fedbayes.methods.curvature import per_example_grads
+    from fedbayes.methods.fedcurv import offline_fisher
+    from fedbayes.methods.fedep import sampled_fisher
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("cnn_dropout", (28, 28), 62))
+    x, y = torch.rand(3, 28, 28), torch.tensor([0, 5, 61])
+    w = fm.flat_params()
+    fm.module.train()
+    got = sampled_fisher(fm, w, x, torch.Generator().manual_seed(1))
+    assert fm.module.training
+    fm.module.eval()
+    torch.testing.assert_close(got, sampled_fisher(fm, w, x, torch.Generator().manual_seed(1)))
+    fm.module.train()
+    data = ClientData(x, y)
+    fisher = offline_fisher(fm, w, data, np.random.default_rng(0), batch_size=2, norm="paper")
+    fm.module.eval()
+    torch.testing.assert_close(fisher, offline_fisher(fm, w, data, np.random.default_rng(0), batch_size=2, norm="paper"))
+    fm.module.train()
+    grads, losses = per_example_grads(fm, w, x, y)
+    assert grads.shape == (3, fm.n_params) and torch.isfinite(grads).all() and losses.shape == (3,)

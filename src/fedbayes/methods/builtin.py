@@ -174,6 +174,12 @@ class FedEPParams(FedAvgMParams):
                                    "δ; null: 1/(clients per round)")
     pred_samples: int = like(IVONParams, "pred_samples", 10)
 
+    def problems(self) -> list[str]:
+        if self.variant == "M" and isinstance(self.local_epochs, int) and self.local_epochs < 2:
+            return [f"variant M takes one SG-MCMC sample per local epoch and its covariance needs two: "
+                    f"local_epochs must be at least 2, got {self.local_epochs}"]
+        return []
+
 
 def _m(key: str, impl: str, params: type[Hyperparameters], doc: str, **kw) -> MethodSpec:
     return MethodSpec(key=key, implementation=f"fedbayes.methods.{impl}", params=params, doc=doc, **kw)

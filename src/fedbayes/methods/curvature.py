@@ -23,12 +23,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import grad_and_value, vjp, vmap
 
 from fedbayes.methods import kernels
+
+
+@contextmanager
+def evaluation_mode(fm):
+    """The model as it predicts (dropout off) for a curvature pass, its training mode restored after:
+    a Laplace / Fisher / GGN is the curvature of the predictive model, not of one dropout mask."""
+    training = fm.module.training
+    fm.module.eval()
+    try:
+        yield fm
+    finally:
+        fm.module.train(training)
 
 
 def _sqrt_factor(logits: torch.Tensor) -> torch.Tensor:
@@ -42,14 +56,10 @@ def diag_ggn(fm, w: torch.Tensor, x: torch.Tensor, chunk: int = 1024) -> torch.T
     """Σ over the rows of ``x`` of the exact diagonal GGN of softmax cross-entropy at ``w`` (sum-loss units),
     of the model as it predicts: dropout off (evaluation mode) for the pass, the module's mode restored."""
     param_modules = [m for m in fm.module.modules() if any(True for _ in m.parameters(recurse=False))]
-    training = fm.module.training
-    fm.module.eval()
-    try:
+    with evaluation_mode(fm):
         if all(isinstance(m, nn.Linear) for m in param_modules):
             return sum(_diag_ggn_linear(fm, w, x[i:i + chunk]) for i in range(0, len(x), chunk))
         return diag_ggn_vjp(fm, w, x)
-    finally:
-        fm.module.train(training)
 
 
 def _diag_ggn_linear(fm, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -82,10 +92,19 @@ def _diag_ggn_linear(fm, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.cat([diag[name].reshape(-1) for name in fm.names])
 
 
-def diag_ggn_vjp(fm, w: torch.Tensor, x: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-    """Generic exact diagonal GGN: one VJP per (point, class). Any architecture; slow."""
+GGN_CHUNK_BYTES = 1 << 30   # the (points, classes, parameters) gradients one vmapped call holds
+
+
+def diag_ggn_vjp(fm, w: torch.Tensor, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+    """Generic exact diagonal GGN: one VJP per (point, class). Any architecture; slow. ``chunk`` points a
+    vmapped call (default: as many as fit GGN_CHUNK_BYTES, at most 64: CIFAR-10's CNN with 64 points held
+    3.2 GB of gradients at once)."""
     w = w.detach()
     out = torch.zeros_like(w)
+    if chunk is None:
+        with torch.no_grad():
+            n_classes = fm(w, x[:1]).shape[-1]
+        chunk = int(max(1, min(64, GGN_CHUNK_BYTES // (n_classes * w.numel() * w.element_size()))))
 
     def one(xi):
         logits, pullback = vjp(lambda p: fm(p, xi.unsqueeze(0)).squeeze(0), w)
@@ -143,9 +162,10 @@ def prior_grad_fn(mu: torch.Tensor, precision: torch.Tensor, lam: float,
 
 
 def per_example_grads(fm, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(|b|, P) gradients ∇_w CE(w; x_i, y_i) and the (|b|,) losses, one row per example (torch.func)."""
+    """(|b|, P) gradients ∇_w CE(w; x_i, y_i) and the (|b|,) losses, one row per example (torch.func), of
+    the model in its current mode: in training, a dropout layer draws each example's own mask."""
 
     def one(p, xi, yi):
         return F.cross_entropy(fm(p, xi.unsqueeze(0)), yi.unsqueeze(0))
 
-    return vmap(grad_and_value(one), in_dims=(None, 0, 0))(w.detach(), x, y)
+    return vmap(grad_and_value(one), in_dims=(None, 0, 0), randomness="different")(w.detach(), x, y)

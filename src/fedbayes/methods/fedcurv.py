@@ -38,14 +38,21 @@ import torch.nn.functional as F
 
 from fedbayes.methods.base import ClientData, Method, weighted_mean
 from fedbayes.methods.local import minibatches
-from fedbayes.methods.curvature import PRIOR_LOSSES, diag_ggn, per_example_grads, prior_loss
+from fedbayes.methods.curvature import PRIOR_LOSSES, diag_ggn, evaluation_mode, per_example_grads, prior_loss
 
 
 def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str = "code") -> torch.Tensor:
-    """Diagonal Fisher of client data at ``w`` after local training (one extra pass; spec §4.3)."""
+    """Diagonal Fisher of client data at ``w`` after local training (one extra pass; spec §4.3), of the
+    model as it predicts (dropout off)."""
     n = len(data)
     if n == 0:  # a client without data (weight 0) contributes no stiffness
         return torch.zeros_like(w)
+    with evaluation_mode(fm):
+        return _offline_fisher(fm, w, data, rng, batch_size, norm)
+
+
+def _offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str) -> torch.Tensor:
+    n = len(data)
     if norm == "ggn":
         return diag_ggn(fm, w, data.x) / n
     out = torch.zeros_like(w)

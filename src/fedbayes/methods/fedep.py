@@ -41,6 +41,7 @@ from torch.func import grad, vmap
 
 from fedbayes.methods import kernels
 from fedbayes.methods.base import Method
+from fedbayes.methods.curvature import evaluation_mode
 from fedbayes.methods.local import FlatSGD, minibatches, train_local
 from fedbayes.methods.ivon import gaussian_samples_logits
 
@@ -55,14 +56,15 @@ def sampled_fisher(fm, w: torch.Tensor, x: torch.Tensor, gen: torch.Generator) -
     """Σ over the rows of ``x`` of the squared per-example gradient of −log p(ŷ | x, w), with ŷ drawn
     from the model's own predictive at w (the "true" Fisher, spec §2.8 L; Kunstner et al.)."""
     w = w.detach()
-    with torch.no_grad():
-        probs = torch.softmax(fm(w, x), -1)
-    y_hat = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    with evaluation_mode(fm):   # the predictive's curvature: dropout off
+        with torch.no_grad():
+            probs = torch.softmax(fm(w, x), -1)
+        y_hat = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
 
-    def nll(p, xi, yi):
-        return F.cross_entropy(fm(p, xi.unsqueeze(0)), yi.unsqueeze(0))
+        def nll(p, xi, yi):
+            return F.cross_entropy(fm(p, xi.unsqueeze(0)), yi.unsqueeze(0))
 
-    g = vmap(grad(nll), in_dims=(None, 0, 0))(w, x, y_hat)
+        g = vmap(grad(nll), in_dims=(None, 0, 0))(w, x, y_hat)
     return g.square().sum(0)
 
 
@@ -222,8 +224,6 @@ class FedEP(FedAvgM):
         if variant == "I":
             return cav_lam + alpha * n_k
         if variant == "M":
-            if samples.shape[0] < 2:
-                raise ValueError("FedEP-M needs local_epochs ≥ 2 (one SG-MCMC sample per epoch)")
             rho = float(self.p.shrinkage)
             lam_tmp = clip_mean_std(1.0 / (rho + (1 - rho) * samples.var(0, unbiased=True)))
             ref = cav_lam + alpha * n_k

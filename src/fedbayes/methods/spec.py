@@ -129,6 +129,15 @@ class Hyperparameters:
                 problem = check_value(value, f.metadata["rule"])
                 if problem:
                     raise ValueError(f"{type(self).__qualname__}: {f.name} {problem}")
+        broken = self.problems()
+        if broken:
+            raise ValueError(f"{type(self).__qualname__}: " + "; ".join(broken))
+
+    def problems(self) -> list[str]:
+        """Rules across fields (a value valid alone but not beside another), each broken one in a sentence
+        naming its keys; [] when none is. Checked for every run when params.yaml is validated, so a run
+        never starts to fail on them."""
+        return []
 
     @classmethod
     def field(cls, name: str) -> dataclasses.Field:
