@@ -368,3 +368,23 @@ def test_clip_grad_is_clip_grad_norm_bit_for_bit(scale):
     clip_grad_(ours, 10.0)
     torch.nn.utils.clip_grad_norm_([ref], 10.0)
     assert torch.equal(ours.nan_to_num(7.0), ref.grad.nan_to_num(7.0))
+
+
+def test_the_resume_key_covers_the_compiled_kernels_source(tmp_path, monkeypatch):
+    """An edit of kernels.cpp (the C++ that computes IVON's noise and update) resumed a checkpoint onto
+    other code: the source hash read only .py and .yaml files."""
+    from fedbayes import provenance
+
+    pkg = tmp_path / "fedbayes"
+    (pkg / "methods").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "methods/kernels.cpp").write_text("int f() { return 1; }\n")
+    monkeypatch.setattr(provenance, "PACKAGE", pkg)
+    provenance.source_hash.cache_clear()
+    before = provenance.source_hash()
+    (pkg / "methods/kernels.cpp").write_text("int f() { return 2; }\n")
+    provenance.source_hash.cache_clear()
+    try:
+        assert provenance.source_hash() != before
+    finally:
+        provenance.source_hash.cache_clear()

@@ -143,3 +143,29 @@ def test_ivon_refuses_a_gradient_changed_before_its_step():
     g.mul_(0.5)
     with pytest.raises(RuntimeError, match="unchanged"):
         opt.step(g, 0, 1)
+
+
+def test_a_build_killed_midway_is_cleaned_not_waited_on(tmp_path, monkeypatch):
+    """A kill -9 during the kernels' first build left torch's lock file in the build folder, and every
+    later load waited on it forever. Under fedbayes' own flock (released when its holder dies) a lock file
+    there is stale: removed, and the build goes ahead; a broken build is removed and built again once."""
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build = kernels.build_directory()
+    assert build.is_relative_to(tmp_path)
+    build.mkdir(parents=True, exist_ok=True)
+    (build / "lock").write_text("")
+    calls = []
+
+    def fake_load(**kwargs):   # torch's loader: waits while "lock" exists (here: would never return)
+        assert not (build / "lock").exists(), "the build would wait on a dead builder's lock forever"
+        calls.append(kwargs["name"])
+        if len(calls) == 1:
+            raise ImportError("fedbayes_kernels.so: file too short")   # a truncated library of the killed build
+        return "loaded"
+
+    monkeypatch.setattr(ext, "load", fake_load)
+    with pytest.warns(RuntimeWarning, match="left by a build that was killed"):
+        assert kernels._load() == "loaded"
+    assert calls == ["fedbayes_kernels", "fedbayes_kernels"]

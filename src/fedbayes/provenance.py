@@ -15,13 +15,15 @@ from importlib import metadata
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
+SOURCE_SUFFIXES = (".py", ".yaml", ".cpp", ".c", ".h")   # every file that computes or holds numbers
 
 
 @functools.lru_cache(maxsize=1)
 def source_hash() -> str:
-    """SHA-256 (16 hex) over the package's Python sources and data files, by relative path."""
+    """SHA-256 (16 hex) over the package's sources (Python and the compiled kernels' C++) and data files,
+    by relative path."""
     h = hashlib.sha256()
-    for f in sorted(p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts):
+    for f in sorted(p for p in PACKAGE.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts):
         h.update(str(f.relative_to(PACKAGE)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from fedbayes.fileio import exclusive_lock
+
 MIN_NUMEL = 65_536      # smaller tensors keep the eager code (no compilation for the toys and unit tests)
 _kernel = None          # None: not loaded yet; False: unavailable here
 
@@ -39,8 +41,32 @@ def _load():
         os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
     src = Path(__file__).with_name("kernels.cpp")
-    return load(name="fedbayes_kernels", sources=[str(src)], verbose=False,
-                extra_cflags=["-O3", "-mavx2", "-mfma", "-fno-math-errno"])
+    build = build_directory()
+    # One builder at a time under a flock, which the kernel releases when its holder dies. torch's own
+    # lock (a file, "lock", in the build folder) is left behind by a build killed midway, and every later
+    # load would wait on it forever: holding the flock, nobody else is building, so such a file is stale.
+    with exclusive_lock(build.parent / f"{build.name}.build"):
+        for attempt in (1, 2):
+            stale = build / "lock"
+            if stale.exists():
+                warnings.warn(f"kernels: removing {stale}, left by a build that was killed", RuntimeWarning, stacklevel=2)
+                stale.unlink()
+            try:
+                return load(name="fedbayes_kernels", sources=[str(src)], verbose=False,
+                            extra_cflags=["-O3", "-mavx2", "-mfma", "-fno-math-errno"])
+            except (OSError, ImportError, RuntimeError):
+                if attempt == 2 or not build.exists():
+                    raise
+                # a build left half-written (a truncated library, a killed compiler): built again from scratch
+                warnings.warn(f"kernels: the build in {build} is broken; building it again", RuntimeWarning, stacklevel=2)
+                shutil.rmtree(build, ignore_errors=True)
+
+
+def build_directory() -> Path:
+    """Where torch's extension loader builds the kernels (TORCH_EXTENSIONS_DIR, else its per-user cache)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory("fedbayes_kernels", verbose=False))
 
 
 def _agrees(kernel) -> bool:
