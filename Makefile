@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup data table1 smoke test bench clean-smoke mlflow-ui
+.PHONY: setup data table1 smoke rehearsal test bench clean-smoke clean-rehearsal mlflow-ui
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -39,8 +39,17 @@ table1: setup
 smoke: setup
 	snakemake --cores all reports/smoke/table1.csv reports/smoke/metrics --config scale=smoke
 
+# every experiment of the five papers (CIFAR, SVHN, EMNIST, MNIST, UCI, FLamby too) through the same DAG at
+# smoke scale on stand-in data (generated files in each dataset's real format; never results): tables under
+# reports/rehearsal/, what ran in reports/rehearsal/summary.md (git-ignored, as the smoke outputs)
+rehearsal: setup
+	snakemake --cores all --config scale=rehearsal
+
 clean-smoke:
 	rm -rf reports/smoke results/runs/smoke data/partitions/smoke work/smoke
+
+clean-rehearsal:
+	rm -rf reports/rehearsal results/runs/rehearsal data/partitions/rehearsal work/rehearsal data/raw-stand-in
 
 test: setup
 	$(VENV)/bin/pytest -q -n auto --dist loadfile

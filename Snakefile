@@ -45,5 +45,6 @@ rule all:
     default_target: True
     input:
         [f"{PATHS['reports']}/{t}.csv" for t in config["tables"]],
-        f"{PATHS['reports']}/README.md",
+        # no scorecard of stand-in data: the rehearsal's summary of what ran instead
+        f"{PATHS['reports']}/summary.md" if stand_in_size(config) else f"{PATHS['reports']}/README.md",
         [f"{PATHS['reports']}/metrics"] if config.get("headline") else [],  # the headline numbers for `dvc metrics show`

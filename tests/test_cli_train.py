@@ -53,10 +53,10 @@ def part_file(p, experiment="synth-a", seed=0) -> Path:
 
 
 def train(d: Path, capsys, experiment="synth-a", method="fedavg", point="local_epochs=1", seed=0,
-          partition=None, out=None) -> tuple[int, str]:
+          partition=None, out=None, threads="1") -> tuple[int, str]:
     p = read_params(d)
     argv = ["train", "--params", str(d / "params.yaml"), "--experiment", experiment, "--method", method,
-            "--point", point, "--seed", str(seed), "--threads", "1",
+            "--point", point, "--seed", str(seed), "--threads", threads,
             "--partition", str(partition or part_file(p, experiment, seed)),
             "--out", str(out or run_dir(p, experiment, method, point, seed))]
     with pytest.raises(SystemExit) as ex:
@@ -85,7 +85,9 @@ def finished_run(d: Path) -> Path:
     ({"point": "local_epochs=3"}, r"--point 'local_epochs=3': not a point of synth-a/fedavg's sweep "
                                   r"\['local_epochs=1', 'local_epochs=2'\]"),
     ({"seed": 7}, r"--seed 7: synth-a/fedavg runs seeds \[0, 1\]"),
-], ids=["method", "experiment", "point", "seed"])
+    # deleted the finished run's metrics.json before failing (issue "nothing unchecked")
+    ({"threads": "-1"}, r"--threads -1: a number of threads"),
+], ids=["method", "experiment", "point", "seed", "threads"])
 def test_bad_arguments_are_refused_before_any_file_is_touched(setup, capsys, args, message):
     d, p = setup
     run = finished_run(d)

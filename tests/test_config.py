@@ -463,9 +463,7 @@ def _yaml_sites(text: str) -> tuple[list, list]:
 def test_fuzz_malformed_yaml_gets_a_clear_error_naming_the_key_or_line(tmp_path, repo):
     """params.yaml as written, one fault each: a repeated key (PyYAML would keep the last silently), a
     non-finite number (``.nan``, ``.inf``) anywhere, an alias bomb anywhere; each is refused at load by a
-    ConfigError naming the key and line, the dotted key, or the expansion, in well under a second."""
-    import time
-
+    ConfigError naming the key and line, the dotted key, or the expansion."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -496,11 +494,11 @@ def test_fuzz_malformed_yaml_gets_a_clear_error_naming_the_key_or_line(tmp_path,
             src.insert(at, bomb)
             want = r"aliases expand to more than \d+ nodes"
         f.write_text("".join(src))
-        t0 = time.perf_counter()
+        # bounded by construction, not by the clock (the machine's load is not the loader's): a bomb is
+        # refused once its aliases pass the node limit the message names, before anything is expanded
         where = "" if kind == "nonfinite" else rf"{re_key(str(f))}[\s\S]*"  # load errors name the file
         with pytest.raises(ConfigError, match=where + want):
             load_params(f)
-        assert time.perf_counter() - t0 < 2
 
     check()
 
@@ -715,16 +713,12 @@ MERGE_BOMB = "    m0: &m0 {a: 1, b: 2}\n" + "".join(  # merge keys multiply in c
 
 @pytest.mark.parametrize("bomb", [BOMB, MERGE_BOMB], ids=["aliases", "merge-keys"])
 def test_alias_bomb_is_refused_at_load(tmp_path, repo, bomb):
-    import time
-
     text = (repo / "params.yaml").read_text()
     assert "\npaths:\n" in text
     text = text.replace("\npaths:\n", "\npaths:\n  notes:\n" + bomb, 1)
     f = write_params(tmp_path, repo, text)
-    t0 = time.perf_counter()
     with pytest.raises(ConfigError, match=r"params.yaml.*aliases expand to more than 10000 nodes"):
         load_params(f)
-    assert time.perf_counter() - t0 < 5
 
 
 def test_alias_bomb_in_a_loaded_config_is_refused(params, schema):
@@ -824,3 +818,20 @@ def test_smoke_settings_come_from_the_overlay_file(repo, tmp_path):
     (tmp_path / "params.smoke.yaml").write_text(yaml.safe_dump({**overlay, "seeds": [5]}))
     with pytest.raises(ConfigError, match=r"params\.smoke\.yaml: holds the smoke overlay only.*'seeds'"):
         load_params(tmp_path / "params.yaml")
+
+
+def test_a_rule_across_hyperparameters_is_checked_at_validation_for_every_scale(params, schema):
+    """Rehearsal bug: FedEP-M / FedSEP-M crashed in their first round at smoke scale (the smoke overlay's
+    local_epochs: 1; variant M needs two samples, one an epoch), found by no validation. Every run's
+    resolved hyperparameters now pass through the method's spec (Hyperparameters.problems) when params.yaml
+    is validated; the smoke overlay gives the two methods their two epochs (smoke.methods)."""
+    validate(copy.deepcopy(params), schema)
+    del params["smoke"]["methods"]
+    with pytest.raises(ConfigError, match=r"experiments\.cifar100-pachinko-k500\.methods\.fedep_m \(scale smoke\)"
+                                          r".*local_epochs must be at least 2, got 1"):
+        validate(params, schema)
+
+
+def test_smoke_methods_names_a_known_method(params, schema):
+    params["smoke"]["methods"]["fedepp_m"] = {"local_epochs": 2}
+    bad(params, schema, r"smoke\.methods\.fedepp_m: unknown method")

@@ -21,8 +21,11 @@ OFFLINE_ENV = "FEDBAYES_OFFLINE"  # set (non-empty): `fedbayes data` uses local 
 
 def _params(args):
     from fedbayes.config import load_params
+    from fedbayes.data.root import data_root
 
-    return load_params(args.params, scale=args.scale)
+    p = load_params(args.params, scale=args.scale)
+    data_root(p)  # at rehearsal scale: the stand-ins generated so far read in place of the real data
+    return p
 
 
 def cmd_validate(args) -> None:
@@ -69,9 +72,10 @@ def cmd_data(args) -> None:
 
     if args.status and len(args.names) != 1:
         raise SystemExit("fedbayes data: --status takes exactly one dataset")
+    root = args.root or (f"data/raw-stand-in/{args.stand_in}" if args.stand_in else "data/raw")
     for name in args.names:
         try:
-            path = fetch_dataset(name, args.root, download=not args.no_download)
+            path = fetch_dataset(name, root, download=not args.no_download, stand_in=args.stand_in)
         except DataUnavailableError as e:
             if not args.status:
                 raise
@@ -83,7 +87,8 @@ def cmd_data(args) -> None:
         if args.status:
             write_text_atomic(args.status, json.dumps({"dataset": name, "available": True,
                                                        "manifest": str(path / "manifest.json")}, indent=1) + "\n")
-        print(f"{name}: {path}")
+        print(f"{name}: {path}" + (f" (STAND-IN data, generated: size {args.stand_in}; never the real {name})"
+                                    if args.stand_in else ""))
 
 
 def _locked(path: Path):
@@ -93,12 +98,21 @@ def _locked(path: Path):
     return exclusive_lock(path, read_only_ok=True)
 
 
-def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = True):
+def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = True, stand_in: str | None = None):
     """Fetch (idempotently) under a lock: a training job fetches its own data when it is missing, and
-    refuses (``repair=False``) a present file that fails its checksum."""
+    refuses (``repair=False``) a present file that fails its checksum. With ``stand_in`` (a size of
+    fedbayes.data.standin.SIZES) the dataset's stand-in files are generated first (once; deterministic)
+    and fetched by the same code from there, verified against their own recorded checksums."""
     from fedbayes.data import fetch
+    from fedbayes.data.root import stand_in_sources
 
     with _locked(Path(root) / name):
+        if stand_in:
+            from fedbayes.data import standin
+
+            standin.write_source(name, stand_in_sources(root), size=stand_in)
+            standin.activate(name, stand_in_sources(root))
+            download = False
         return fetch(name, root=root, download=download and not os.environ.get(OFFLINE_ENV), repair=repair)
 
 
@@ -110,10 +124,11 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
     from fedbayes import data as ds
     from fedbayes.config import ConfigError, partition_config
     from fedbayes.engine import seeds
+    from fedbayes.data.root import data_root
     from fedbayes.partition import class_counts, make_partition, plot_partition, save_partition, subsample
 
     pc = partition_config(p, experiment, seed)
-    arrays = ds.load(pc["dataset"], root=p["paths"]["raw"])
+    arrays = ds.load(pc["dataset"], root=data_root(p))
     rng = seeds.rng(seed, seeds.PARTITION)
     pool = np.arange(len(arrays.y_train))
     if pc["subsample"] < 1.0:
@@ -121,17 +136,17 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
     scheme = dict(pc["partition"])
     name = scheme.pop("scheme")
     if name == "natural":  # the dataset's own clients (FLamby-Heart: the four hospitals)
-        groups = ds.train_groups(pc["dataset"], root=p["paths"]["raw"])[pool]
+        groups = ds.train_groups(pc["dataset"], root=data_root(p))[pool]
         local = [np.flatnonzero(groups == g) for g in np.unique(groups)]
         if len(local) != pc["clients"]:
             raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
                               f"params.yaml says clients: {pc['clients']}")
     else:
         if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
-            scheme["groups"] = ds.label_groups(pc["dataset"], root=p["paths"]["raw"])
+            scheme["groups"] = ds.label_groups(pc["dataset"], root=data_root(p))
         local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
     parts = [pool[ix] for ix in local]
-    meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=p["paths"]["raw"])}
+    meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=data_root(p))}
     h = save_partition(out, parts, arrays.y_train, arrays.n_classes, meta)
     counts = class_counts(arrays.y_train, parts, arrays.n_classes)
     if figure:
@@ -205,6 +220,8 @@ def check_train_args(p: dict, args) -> dict:
     from fedbayes.config import ConfigError, experiment_config, paths, run_config, seeds, sweep_points
 
     exp, method, point, seed = args.experiment, args.method, args.point, args.seed
+    if args.threads < 0:
+        raise ConfigError(f"--threads {args.threads}: a number of threads (0: PyTorch's default)")
     if exp not in p["experiments"]:
         raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(p['experiments'])}")
     methods = list(experiment_config(p, exp)["methods"])
@@ -261,7 +278,9 @@ def train_lock(out: str | Path) -> Path:
 def _train(p: dict, args, cfg: dict) -> None:
     import torch
 
+    from fedbayes.config import stand_in_size
     from fedbayes.engine import load_run_data, pick_device, run_federated
+    from fedbayes.data.root import data_root
 
     # a (re)training run invalidates the run's metrics first: Snakemake deletes history.csv and run.json
     # before the job, and if the job is then killed an old metrics.json would still look up to date to
@@ -271,7 +290,7 @@ def _train(p: dict, args, cfg: dict) -> None:
     # fetches its data and writes its partition itself when they are missing
     for d in (cfg["dataset"], cfg.get("ood")):
         if d:
-            fetch_dataset(d, p["paths"]["raw"], repair=False)
+            fetch_dataset(d, data_root(p), repair=False, stand_in=stand_in_size(p))
     partition = ensure_partition(p, args.experiment, args.seed, args.partition)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -346,6 +365,21 @@ def cmd_scorecard(args) -> None:
           f"within it; {c['not run (data unavailable)']} not run (data unavailable), {c['not comparable']} not comparable")
 
 
+def cmd_rehearsal_summary(args) -> None:
+    from fedbayes.config import ConfigError, stand_in_size
+    from fedbayes.reports.rehearsal import build_summary
+
+    p = _params(args)
+    if not stand_in_size(p):
+        raise ConfigError(f"scale {p['scale']}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
+    rows = build_summary(p, args.out)
+    bad = [f"{r['experiment']}/{r['method']}" for r in rows if not r["ok"]]
+    print(f"wrote {args.out}: {len({r['experiment'] for r in rows})} experiments, {len(rows) - len(bad)} of "
+          f"{len(rows)} experiment × method pairs ran on stand-in data" + (f"; not: {', '.join(bad)}" if bad else ""))
+    if bad:
+        sys.exit(1)
+
+
 def cmd_toy(args) -> None:
     from fedbayes.reports.toys import TOYS
 
@@ -409,8 +443,8 @@ def main(argv=None) -> None:
 
     def with_params(sp):
         sp.add_argument("--params", default="params.yaml")
-        sp.add_argument("--scale", choices=["paper", "smoke"], default=None,
-                        help="override params.yaml's scale")
+        sp.add_argument("--scale", choices=["paper", "smoke", "rehearsal"], default=None,
+                        help="override params.yaml's scale (rehearsal: the smoke DAG on stand-in data)")
         return sp
 
     sp = with_params(sub.add_parser("validate", help="check params.yaml against the schema"))
@@ -422,7 +456,11 @@ def main(argv=None) -> None:
 
     sp = sub.add_parser("data", help="fetch and verify datasets into data/raw/<name>/")
     sp.add_argument("names", nargs="+")
-    sp.add_argument("--root", default="data/raw")
+    sp.add_argument("--root", help="where to put them (default data/raw; with --stand-in data/raw-stand-in/SIZE)")
+    sp.add_argument("--stand-in", choices=["tiny", "paper"], metavar="SIZE",
+                    help="generate stand-in files in the dataset's real format (tiny or paper size; deterministic) "
+                         "and fetch them by the real code, verified against their own checksums: to rehearse "
+                         "the pipeline without the real data, never a result")
     sp.add_argument("--no-download", action="store_true", help="use local mirrors only")
     sp.add_argument("--status", help="write whether the dataset could be obtained to this JSON file and "
                                      "exit 0 either way (how the DAG records data availability)")
@@ -442,7 +480,7 @@ def main(argv=None) -> None:
     sp.add_argument("--seed", type=int, required=True)
     sp.add_argument("--partition", required=True)
     sp.add_argument("--out", required=True)
-    sp.add_argument("--threads", type=int, default=0)
+    sp.add_argument("--threads", type=int, default=0, help="intra-op threads (0: PyTorch's default)")
     sp.set_defaults(fn=cmd_train)
 
     sp = sub.add_parser("evaluate", help="metrics.json from a run's saved predictions")
@@ -469,6 +507,11 @@ def main(argv=None) -> None:
     sp.add_argument("--out", required=True, help="directory of the metrics JSONs (<experiment>/<method>.json); "
                     "the curve CSVs go to <reports>/plots/")
     sp.set_defaults(fn=cmd_headline)
+
+    sp = with_params(sub.add_parser("rehearsal-summary", help="what a rehearsal (scale rehearsal) ran: every "
+                                    "experiment × method on stand-in data"))
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_rehearsal_summary)
 
     sp = with_params(sub.add_parser("toy", help="a data-free reproduction target (params.yaml toys), e.g. fedep/table4"))
     sp.add_argument("name")

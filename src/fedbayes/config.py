@@ -20,7 +20,10 @@ import jsonschema
 from fedbayes.fileio import YAMLInputError, load_yaml
 
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
-SCALES = ("paper", "smoke")
+SCALES = ("paper", "smoke", "rehearsal")
+# scale rehearsal: the smoke DAG (params.smoke.yaml's `smoke`, then its `rehearsal` block) on stand-in data
+# (fedbayes.data.standin): every experiment, none of it ever mistaken for a result.
+STAND_IN = "stand-in"
 
 
 class ConfigError(ValueError):
@@ -102,13 +105,34 @@ def with_smoke_overlay(params: Any, params_path: str | Path) -> Any:
     if not isinstance(params, dict) or not overlay.exists():
         return params
     extra = load_params_text(overlay)
-    if not isinstance(extra, dict) or set(extra) - {"smoke"}:
-        raise ConfigError(f"{overlay}: holds the smoke overlay only (a top-level `smoke:` block), "
+    if not isinstance(extra, dict) or set(extra) - {"smoke", "rehearsal"}:
+        raise ConfigError(f"{overlay}: holds the smoke overlay only (top-level `smoke:` and `rehearsal:` blocks), "
                           f"got {sorted(extra) if isinstance(extra, dict) else type(extra).__name__}")
-    own = params.get("smoke")
-    if own is None or isinstance(own, dict):   # a malformed inline block is left for the schema to name
-        params["smoke"] = deep_merge(extra.get("smoke") or {}, own)
+    for block in ("smoke", "rehearsal"):
+        own = params.get(block)
+        if (own is None or isinstance(own, dict)) and (own or extra.get(block)):   # a malformed inline block
+            params[block] = deep_merge(extra.get(block) or {}, own)           # is left for the schema to name
     return params
+
+
+def overlay(params: dict) -> dict:
+    """What the scale lays over params.yaml: nothing at paper scale; the ``smoke`` block at smoke scale;
+    at rehearsal scale the ``smoke`` block with the ``rehearsal`` block over it."""
+    scale = params.get("scale", "paper")
+    if scale == "paper":
+        return {}
+    out = params.get("smoke") or {}
+    if scale == "rehearsal":
+        out = deep_merge(out, {k: v for k, v in (params.get("rehearsal") or {}).items() if k != "stand_in_size"})
+    return out
+
+
+def stand_in_size(params: dict) -> str | None:
+    """The size of the stand-in data this configuration runs on (fedbayes.data.standin.SIZES), or None
+    for the real data: scale rehearsal runs on stand-ins (``rehearsal.stand_in_size``, default tiny)."""
+    if params.get("scale", "paper") != "rehearsal":
+        return None
+    return (params.get("rehearsal") or {}).get("stand_in_size", "tiny")
 
 
 def load_params_text(path: str | Path) -> Any:
@@ -294,6 +318,7 @@ def check_semantics(params: dict) -> None:
             if any(r > e["rounds"] for r in e["report_rounds"]):
                 problems.append(f"{where}: report_rounds {e['report_rounds']} exceed rounds {e['rounds']}")
             problems += _window_problems(p, name, e)
+            problems += _hparam_problems(p, name, e)
         for s in seeds(p):
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
@@ -361,12 +386,45 @@ def _unused_name_problems(params: dict, methods: dict) -> list[str]:
     for m, spec in params.get("methods", {}).items():
         if m not in methods:
             out.append(f"methods.{m}: unknown method; implemented: {sorted(methods)}")
+    for block in ("smoke", "rehearsal"):
+        for m in (params.get(block) or {}).get("methods") or {}:
+            if m not in methods:
+                out.append(f"{block}.methods.{m}: unknown method; implemented: {sorted(methods)}")
     for k in ("sweep", "seeds"):
-        if k in (params.get("smoke", {}).get("hparams") or {}):
+        if k in (params.get("smoke", {}).get("hparams") or {}) or k in ((params.get("rehearsal") or {}).get("hparams") or {}):
             out.append(f"smoke.hparams.{k}: not a hyperparameter (smoke.hparams sets values for every method; "
                        f"a {k} belongs under methods.<m> or experiments.<e>.methods.<m>"
                        f"{'; smoke seeds are smoke.seeds' if k == 'seeds' else ''})")
     return out
+
+
+def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
+    """Every run's hyperparameters (each sweep point, at this scale) as its method reads them: a rule of the
+    method's spec broken (a value valid alone but not beside another, ``Hyperparameters.problems``) is
+    named here, not found by a training job."""
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.methods.spec import Hyperparameters
+
+    out = []
+    small = overlay(params)
+    for m in e["methods"]:
+        spec = METHOD_SPECS.get(m)
+        if spec is None or spec.params.problems is Hyperparameters.problems:
+            continue   # unknown names are reported by check_semantics; single values by the schema
+        # as method_hparams resolves them (without its copies: this runs at every job's start)
+        fixed, grid = _method_spec(params, name, m)
+        hp = deep_merge(e["train"], fixed)
+        hp = deep_merge(deep_merge(deep_merge(hp, small.get("train")), small.get("hparams")),
+                        (small.get("methods") or {}).get(m))
+        points = sweep_points(params, name, m) if grid or e.get("selection_from") else {DEFAULT_POINT: {}}
+        for point, values in points.items():
+            try:
+                spec.params.from_hparams({**hp, **values, **spec.fixed})
+            except ValueError as err:
+                scale = params.get("scale", "paper")
+                out.append(f"experiments.{name}.methods.{m}" + (f" (scale {scale})" if scale != "paper" else "")
+                           + (f", sweep point {point}" if point != DEFAULT_POINT else "") + f": {err}")
+    return sorted(set(out))
 
 
 def _window_problems(params: dict, name: str, e: dict) -> list[str]:
@@ -379,7 +437,7 @@ def _window_problems(params: dict, name: str, e: dict) -> list[str]:
         spec = params.get("methods", {}).get(m) or {}
         over = params["experiments"][name]["methods"][m] or {}
         grid = over.get("sweep") or spec.get("sweep") or {}
-        smoke = (params.get("smoke", {}).get("hparams") or {}) if params.get("scale") == "smoke" else {}
+        smoke = overlay(params).get("hparams") or {}
         # read, not resolved (method_hparams deep-copies: this runs at every job's start, for every pair)
         if m not in METHOD_VARIANTS or False not in (spec.get("mc_window"), over.get("mc_window"),
                                                      smoke.get("mc_window"), *grid.get("mc_window", [])):
@@ -439,8 +497,8 @@ def seeds(params: dict, experiment: str | None = None, method: str | None = None
     """The run seeds: ``seeds`` (or ``smoke.seeds``); at paper scale a prefix of them can be set for
     runs too costly for every seed: per experiment (``experiments.<e>.seeds``) or per method in an
     experiment (``experiments.<e>.methods.<m>.seeds``, which wins)."""
-    if params.get("scale", "paper") == "smoke":
-        return list(params.get("smoke", {}).get("seeds", params["seeds"]))
+    if params.get("scale", "paper") != "paper":
+        return list(overlay(params).get("seeds", params["seeds"]))
     if method is not None and experiment is not None:
         over = params["experiments"][experiment]["methods"].get(method) or {}
         if over.get("seeds"):
@@ -455,8 +513,8 @@ def experiment_config(params: dict, name: str) -> dict:
     if name not in params["experiments"]:
         raise ConfigError(f"unknown experiment {name!r}; params.yaml defines {sorted(params['experiments'])}")
     e = copy.deepcopy(params["experiments"][name])
-    if params.get("scale", "paper") == "smoke":
-        smoke = params.get("smoke", {})
+    if params.get("scale", "paper") != "paper":
+        smoke = overlay(params)
         e = deep_merge(deep_merge(e, smoke.get("experiment")), (smoke.get("experiments") or {}).get(name))
     e["name"] = name
     return e
@@ -498,20 +556,23 @@ def sweep_points(params: dict, experiment: str, method: str) -> dict[str, dict]:
     keys = sorted(grid)
     points = {"+".join(f"{k}={v}" for k, v in zip(keys, vals)): dict(zip(keys, vals))
               for vals in itertools.product(*(grid[k] for k in keys))}
-    if params.get("scale", "paper") == "smoke":
-        limit = params.get("smoke", {}).get("sweep_limit")
+    if params.get("scale", "paper") != "paper":
+        limit = overlay(params).get("sweep_limit")
         points = dict(list(points.items())[:limit]) if limit else points
     return points
 
 
 def method_hparams(params: dict, experiment: str, method: str, point: str = DEFAULT_POINT) -> dict:
     """Local-training settings of the experiment, then the method's own values, then its
-    per-experiment overrides, then (at smoke scale) the smoke overrides, then the sweep point."""
+    per-experiment overrides, then (at smoke scale) the smoke overrides (``train``, ``hparams``, then the
+    method's own ``methods.<m>``), then the sweep point."""
     e = experiment_config(params, experiment)
     fixed, _ = _method_spec(params, experiment, method)
     hp = deep_merge(e["train"], fixed)
-    if params.get("scale", "paper") == "smoke":
-        hp = deep_merge(deep_merge(hp, params.get("smoke", {}).get("train")), params.get("smoke", {}).get("hparams"))
+    if params.get("scale", "paper") != "paper":
+        small = overlay(params)
+        hp = deep_merge(deep_merge(hp, small.get("train")), small.get("hparams"))
+        hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
     points = sweep_points(params, experiment, method)
     if point not in points:
         raise ConfigError(f"{experiment}/{method}: no sweep point {point!r}; the grid has {list(points)}")
@@ -540,6 +601,8 @@ def run_config(params: dict, experiment: str, method: str, seed: int, point: str
         "save_rounds": save_rounds(e),
         # evaluation cadence, only where an experiment sets it (keeps older runs' configurations unchanged)
         **{k: e[k] for k in ("eval_every", "mc_every", "test_subsample", "local_eval") if k in e},
+        # stand-in data: recorded in the run (run.json, MLflow), never mistaken for a result on the real data
+        **({"data": f"{STAND_IN} ({stand_in_size(params)})"} if stand_in_size(params) else {}),
     }
 
 
@@ -557,8 +620,11 @@ def config_hash(cfg: Any) -> str:
 
 def paths(params: dict) -> dict:
     """Output roots; smoke-scale partitions, runs, work files and reports (tables, sweeps, figures) live
-    in a ``<root>/smoke`` subfolder, so the smoke command never overwrites a paper-scale file."""
+    in a ``<root>/smoke`` subfolder (``<root>/rehearsal`` at rehearsal scale), so the smoke command never
+    overwrites a paper-scale file; stand-in data lives in ``<raw>-stand-in/<size>``."""
     p = dict(params["paths"])
+    if stand_in_size(params):  # generated stand-ins, never in the real data's folder
+        p["raw"] = f"{p['raw']}-{STAND_IN}/{stand_in_size(params)}"
     if params.get("scale", "paper") != "paper":
         sub = params["scale"]
         p["partitions"] = f"{p['partitions']}/{sub}"

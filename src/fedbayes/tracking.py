@@ -385,7 +385,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     variants = sorted(v for v in metrics.get("variants", {}) if v)
     catalog = _variant_kinds(method)
     base = {"experiment": experiment, "base_method": method, "point": point, "seed": str(seed),
-            "scale": p["scale"], **code, "times": how, "config_hash": info["config_hash"],
+            "scale": p["scale"], "data": info["config"].get("data", "real"),   # "stand-in (tiny)": a rehearsal's
+            **code, "times": how, "config_hash": info["config_hash"],
             "partition_hash": info["config"].get("partition_hash", ""),
             "device": info.get("device", ""), "device_name": info.get("device_name", ""),
             "torch": info.get("torch", ""), "run_dir": _relative(run_dir),

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
-                             seeds, selection, selection_seeds, swept_points, sweep_points, table_figures)
+                             seeds, selection, selection_seeds, stand_in_size, swept_points, sweep_points,
+                             table_figures)
 from fedbayes.catalog import split_variant
 from fedbayes.reports.headline import plot_files as headline_plot_files
 from fedbayes.reports.toys import TOYS
@@ -77,6 +78,8 @@ def dataset_code(experiment_name):
 
     e = experiment(experiment_name)
     files = code("data/registry.py", "data/sources.py", "data/idx.py")
+    if stand_in_size(config):  # the stand-ins' generator (only there: the real data's jobs never read it)
+        files += code("data/standin.py")
     files += [inspect.getsourcefile(DATASETS[d].loader) for d in (e["dataset"], e.get("ood")) if d]
     return sorted(set(files))
 

@@ -11,13 +11,19 @@
 import subprocess
 
 
+# At rehearsal scale every dataset is a stand-in (fedbayes.data.standin), generated and fetched by the same
+# code into paths.raw + "-stand-in/<size>" (fedbayes.config.paths).
+STAND_IN = ["--stand-in", stand_in_size(config)] if stand_in_size(config) else []
+
+
 rule data:
     output:
         f"{WORK}/data/{{dataset}}.json",
     log:
         f"{WORK}/logs/data/{{dataset}}.log",
     shell:
-        f"{FEDBAYES} data {{wildcards.dataset}} --root {shlex.quote(RAW)} --status {{output:q}} 2>&1 | tee {{log:q}}"
+        f"{FEDBAYES} data {{wildcards.dataset}} --root {shlex.quote(RAW)} {shlex.join(STAND_IN)} --status {{output:q}}"
+        f" 2>&1 | tee {{log:q}}"
 
 
 def data_status(dataset):
@@ -26,8 +32,8 @@ def data_status(dataset):
     if not path.exists():
         # the CLI through this workflow's Python (FEDBAYES): a bare `fedbayes` is on PATH only in an
         # activated venv, and `.venv/bin/snakemake …` must work without activating it
-        subprocess.run([sys.executable, "-m", "fedbayes.cli", "data", dataset, "--root", RAW, "--status", str(path)],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "fedbayes.cli", "data", dataset, "--root", RAW, *STAND_IN,
+                        "--status", str(path)], check=True)
     return json.loads(path.read_text())
 
 

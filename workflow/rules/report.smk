@@ -167,3 +167,19 @@ if HEADLINE:
             code=code_hash(code("reports/headline.py", "reports/tables.py")),
         shell:
             cli("headline") + " {input.table:q} --out {output.metrics:q}"
+
+
+# The rehearsal's summary (scale rehearsal): every experiment × method with what ran on stand-in data, after
+# every table (whose inputs are the runs, their metrics and MLflow imports) is built.
+if stand_in_size(config):
+
+    rule rehearsal_summary:
+        input:
+            tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
+            code=fixed(code("reports/rehearsal.py")),
+        output:
+            f"{REPORTS}/summary.md",
+        params:
+            code=code_hash(code("reports/rehearsal.py")),
+        shell:
+            cli("rehearsal-summary") + " --out {output:q}"

@@ -14,7 +14,8 @@ if SCALE != "paper":
         return re.escape(f"{PAPER_REPORTS}/") + ".+".join(re.escape(x) for x in parts)
 
     _smoke_outputs = sorted({str(f) for r in workflow.rules for f in r.output if str(f).startswith(f"{REPORTS}/")})
-    _paper_outputs = "|".join(f"(?:{_paper_pattern(f)})" for f in _smoke_outputs)
+    # never this scale's own outputs (reports/smoke/fedlap/sweep_x.csv matches reports/{folder}/sweep_{e}.csv)
+    _paper_outputs = f"(?!{re.escape(REPORTS)}/)(?:" + "|".join(f"(?:{_paper_pattern(f)})" for f in _smoke_outputs) + ")"
 
     def _refuse_paper_path(wc):
         smoke = f"{REPORTS}/{wc.paper_output[len(PAPER_REPORTS) + 1:]}"

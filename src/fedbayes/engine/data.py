@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from fedbayes import data as ds
+from fedbayes.data.root import data_root
 from fedbayes.engine.loop import RunData, preprocess
 from fedbayes.partition import load_partition
 
@@ -13,7 +14,7 @@ from fedbayes.partition import load_partition
 def load_run_data(p: dict, cfg: dict, partition: str | tuple[list[np.ndarray], dict], device):
     """Arrays → preprocessed tensors on ``device`` for one run; ``partition`` is a partition file or
     the ``(parts, meta)`` already read from one."""
-    raw = p["paths"]["raw"]
+    raw = data_root(p)
     arrays = ds.load(cfg["dataset"], root=raw)
     parts, meta = partition if isinstance(partition, tuple) else load_partition(partition)
     used = np.concatenate(parts)

@@ -235,6 +235,11 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     from fedbayes.config import table_figures
     from fedbayes.reports.published import load_paper
 
+    from fedbayes.config import ConfigError, stand_in_size
+
+    if stand_in_size(p):
+        raise ConfigError(f"scale {p['scale']}: the scorecard scores results on the real data, and a rehearsal "
+                          "runs on stand-in data only; its tables say what ran")
     out = Path(out)
     sc = p.get("scorecard", {})
     causes = load_yaml(Path(sc["causes"]).read_text()).get("causes", []) if sc.get("causes") and Path(sc["causes"]).exists() else []
@@ -244,6 +249,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     for name in names:
         spec = p["tables"][name]
         df = read_table(p, name)
+        if "scale" in df and (df["scale"].astype(str) == "rehearsal").any():
+            raise ConfigError(f"{reports}/{name}.csv holds a stand-in rehearsal's cells, which are never scored")
         frames[name] = df
         all_cells.append(published_cells(df))
         subs[name] = substitute_cells(df, spec)

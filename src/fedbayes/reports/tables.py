@@ -57,7 +57,7 @@ def experiment_status(p: dict, exp: str) -> str:
             if not st["available"]:
                 first = st["reason"].strip().splitlines()[0].rstrip(":")
                 return f"not run (data unavailable: {first}; see {status})"
-        elif not (Path(p["paths"]["raw"]) / d / "manifest.json").exists():
+        elif not (Path(paths(p)["raw"]) / d / "manifest.json").exists():
             return f"not run (data unavailable: {d} not fetched)"
     return "ok"
 
@@ -129,6 +129,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
             if st == "ok":
                 point = selected_point(p, exp, base)
                 dirs = [run_dir(p, exp, base, point, s) for s in seeds(p, exp, base)]
+                for d in dirs:
+                    check_data_source(p, d)
                 if spec["statistic"] in HISTORY_STATISTICS:
                     infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
                     hists = [read_history(d, info) for d, info in zip(dirs, infos)]
@@ -164,6 +166,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         if p["scale"] == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
                     note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
+                    if p["scale"] == "rehearsal":
+                        note = "; ".join(filter(None, ["stand-in rehearsal", note]))
                     if has_pub is False and pub is not None and cell_st == "ok":
                         note = (note + "; " if note else "") + "published: not reached / not reported"
                     rows.append({
@@ -187,6 +191,24 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
     if not (df["target"].notna().any()):
         df = df.drop(columns="target")
     return df
+
+
+def check_data_source(p: dict, d: str | Path) -> None:
+    """A run enters a table only on the data the table is about: a run trained on stand-in data
+    (run.json's ``config.data``) never enters a table of results on the real data, nor a real run a
+    rehearsal's table (DamagedFile naming the run.json)."""
+    from fedbayes.config import STAND_IN, stand_in_size
+    from fedbayes.runfiles import DamagedFile, read_run_info
+
+    ran = read_run_info(d)["config"].get("data")
+    want = f"{STAND_IN} ({stand_in_size(p)})" if stand_in_size(p) else None
+    if ran != want:
+        path = Path(d) / "run.json"
+        if want is None:
+            raise DamagedFile(path, f"was trained on {ran} data, which never enters a table of results on the real data",
+                              "remove it; its real run is trained by the table's target")
+        raise DamagedFile(path, f"was trained on {ran or 'the real'} data, not on the rehearsal's {want} data",
+                          "remove it; the rehearsal trains its own")
 
 
 def _within(has_pub: bool, mean: float, diff: float, tol: float | None, target_cell: bool) -> bool | None:
@@ -237,7 +259,10 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
     stat = STAT_TEXT[spec["statistic"]]
     if int(spec.get("running", 1)) > 1:
         stat += f", of the trailing {spec['running']}-round running average"
-    return [f"# {name}: {spec.get('title', '')}", "",
+    rehearsal = ["**STAND-IN REHEARSAL**: every number below was trained on generated stand-in data "
+                 "(fedbayes.data.standin), not on the real datasets: it shows that the pipeline runs, never a "
+                 "result; no cell has a verdict.", ""] if p["scale"] == "rehearsal" else []
+    return [f"# {name}: {spec.get('title', '')}", "", *rehearsal,
             f"Scale `{p['scale']}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
             f"(ddof={p.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
@@ -400,6 +425,9 @@ def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[
     extra = [f"{n} {what}" for n, what in ((c["not comparable"], "not comparable"),
                                            (c["no tolerance set"], "without a tolerance for their metric"),
                                            (c["diverged"], "diverged")) if n]
+    if "scale" in df and (df["scale"] == "rehearsal").any():
+        return [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with numbers): "
+                "stand-in rehearsal, no verdict"] + [f"  wrote {f}" for f in files]
     lines = [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with our numbers), "
              f"{sum(c.values())} with a published value: {c['within tolerance']} within tolerance, "
              f"{c['outside tolerance']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]

@@ -65,7 +65,7 @@ def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
     from fedbayes.toys import bayesadmm_toys as t
 
     spec = p["toys"]["bayesadmm/figures"]
-    root, fig_dir = p["paths"]["raw"], Path(paths(p)["reports"]) / "figures"
+    root, fig_dir = paths(p)["raw"], Path(paths(p)["reports"]) / "figures"
     problem = t.mnist_ridge_problem(root=root)
     check = t.onestep_check(problem, rounds=spec["fig3b_rounds"])
     gaps = t.figure3b(fig_dir / "bayesadmm_fig3b.png", problem=problem, rounds=spec["fig3b_rounds"])
