@@ -184,6 +184,8 @@ def test_a_diverged_run_may_stop_early(tmp_path):
     ("round,test/acc\n0,0.1\n1,0.2,7\n", "line 3 has another number of fields"),
     ("round,test/acc\n0,0.1\n1\n", "line 3 has another number of fields"),
     ("acc\n0.1\n", "no header with a 'round' column"),
+    # a non-numeric cell was imported and tabulated (issue "nothing unchecked", item 3)
+    ("round,test/acc\n0,0.1\n1,0.2\n2,oops\n3,0.4\n", "line 4, column 'test/acc' holds 'oops', not a number"),
 ])
 def test_damaged_history_is_named(tmp_path, text, why):
     d = write_run(tmp_path / "run")
@@ -219,3 +221,31 @@ def test_a_damaged_selection_alone_is_rebuilt_from_the_runs_metrics(synth):
     out = sh(f"snakemake -n --cores 1 {TABLE}", synth)
     assert f"{SELECTED} is damaged" in out and "rebuilt from the runs' metrics" in out
     assert read_selected(f)["point"] == good["point"] and (synth / f"{SELECTED}.damaged").read_text() == "garbage"
+
+
+@pytest.mark.parametrize("content", [b"garbage, not a zip", b"PK\x03\x04truncated"], ids=["text", "truncated-zip"])
+def test_a_damaged_predictions_archive_is_named_without_pickle_advice(tmp_path, content, capsys):
+    """A garbage predictions.npz earned numpy's "load with allow_pickle" hint (unsafe advice) on every run;
+    now one line naming the file, no traceback."""
+    from fedbayes import cli
+
+    d = write_run(tmp_path / "run")
+    (d / "predictions.npz").write_bytes(content)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", str(d)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("fedbayes evaluate: error: ") and "predictions.npz" in err, err
+    assert "pickle" not in err.lower() and "Traceback" not in err
+
+
+def test_evaluating_a_run_still_training_says_so(tmp_path, capsys):
+    """`fedbayes evaluate` on a run still training advised retraining it; it says the run is training."""
+    from fedbayes import cli
+    from fedbayes.fileio import try_exclusive_lock
+
+    d = write_run(tmp_path / "run")
+    with try_exclusive_lock(cli.train_lock(d)):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["evaluate", str(d)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "is still training" in err and "retrain" not in err, err

@@ -305,6 +305,16 @@ def _train(p: dict, args, cfg: dict) -> None:
 def cmd_evaluate(args) -> None:
     from fedbayes.eval.evaluate import evaluate_run
 
+    from fedbayes.config import ConfigError
+    from fedbayes.fileio import LockHeld, try_exclusive_lock
+
+    try:   # a run still training has no predictions yet: that is no reason to retrain it
+        if Path(args.run_dir).is_dir():
+            with try_exclusive_lock(train_lock(args.run_dir)):
+                pass
+    except LockHeld as e:
+        raise ConfigError(f"{args.run_dir} is still training (pid {e.holder or '?'} holds {e.path}): evaluate it "
+                          "when it has finished (Snakemake does so by itself)") from None
     if not (Path(args.run_dir) / "predictions.npz").exists():
         raise FileNotFoundError(
             f"{args.run_dir}/predictions.npz is missing (predictions are not committed, e.g. in a fresh "

@@ -72,6 +72,9 @@ def read_history_rows(run_dir: str | Path, info: dict | None = None) -> list[dic
             raise DamagedFile(path, f"line {i + 2} has another number of fields than the header", RETRAIN)
         if row["round"] != str(i):
             raise DamagedFile(path, f"line {i + 2} is round {row['round']!r}, expected {i}", RETRAIN)
+        for column, value in row.items():   # every cell a number (or empty: not measured that round)
+            if value != "" and not _is_number(value):
+                raise DamagedFile(path, f"line {i + 2}, column {column!r} holds {value[:40]!r}, not a number", RETRAIN)
     last = len(rows) - 1
     diverged = info.get("diverged")
     want = int(info["config"]["rounds"])
@@ -81,6 +84,37 @@ def read_history_rows(run_dir: str | Path, info: dict | None = None) -> list[dic
         raise DamagedFile(path, f"it goes on to round {last} after the run diverged at round {diverged.get('round')}",
                           RETRAIN)
     return rows
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def open_predictions(run_dir: str | Path):
+    """predictions.npz of a run (numpy arrays only, never pickles): DamagedFile naming the file when it
+    is not a readable archive of arrays (numpy's own message would advise loading it with pickles)."""
+    import zipfile
+
+    import numpy as np
+
+    path = Path(run_dir) / "predictions.npz"
+    try:
+        pred = np.load(path, allow_pickle=False)
+        # (a run that diverged before its first saved round has no test_logp)
+        if not hasattr(pred, "files") or not {"y_test", "rounds"} <= set(pred.files):
+            raise ValueError("not an archive holding y_test and rounds")
+        for k in pred.files:   # each array read once here: a truncated member fails now, naming the file
+            pred[k]
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        # (numpy's own message would advise loading the file with pickles: never for a file of unknown origin)
+        raise DamagedFile(path, f"not a readable archive of prediction arrays ({type(e).__name__})", RETRAIN) from None
+    return pred
 
 
 def read_history(run_dir: str | Path, info: dict | None = None):

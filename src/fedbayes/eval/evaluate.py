@@ -9,7 +9,7 @@ import numpy as np
 
 from fedbayes.eval.metrics import calibration, classification_metrics
 from fedbayes.fileio import write_text_atomic
-from fedbayes.runfiles import read_run_info
+from fedbayes.runfiles import open_predictions, read_run_info
 
 
 def prefixed(m: dict) -> dict:
@@ -18,7 +18,7 @@ def prefixed(m: dict) -> dict:
 
 def evaluate_run(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
-    pred = np.load(run_dir / "predictions.npz")
+    pred = open_predictions(run_dir)
     info = read_run_info(run_dir)
     y = pred["y_test"]
     rounds = [int(r) for r in pred["rounds"]]
