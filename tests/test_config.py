@@ -835,3 +835,15 @@ def test_a_rule_across_hyperparameters_is_checked_at_validation_for_every_scale(
 def test_smoke_methods_names_a_known_method(params, schema):
     params["smoke"]["methods"]["fedepp_m"] = {"local_epochs": 2}
     bad(params, schema, r"smoke\.methods\.fedepp_m: unknown method")
+
+
+def test_a_string_sweep_value_that_cannot_name_a_run_is_refused(params):
+    """A sweep value that names no run directory (the DAG's point wildcard: a plug-in's free string with a
+    space or a slash) passed validation and failed in the DAG: refused when params.yaml is checked, naming
+    the experiment, method and point (the schema's enums keep the built-in methods' strings safe)."""
+    from fedbayes.config import _hparam_problems, experiment_config
+
+    params["experiments"]["fmnist10-iid-k10"]["methods"]["fedavg"] = {"sweep": {"optimizer": ["adam", "my sgd/2"]}}
+    problems = _hparam_problems(params, "fmnist10-iid-k10", experiment_config(params, "fmnist10-iid-k10"))
+    assert problems == ["experiments.fmnist10-iid-k10.methods.fedavg: sweep point 'optimizer=my sgd/2' cannot name "
+                        "a run (its values must be numbers, booleans or words of letters, digits and _ . -)"]

@@ -133,3 +133,11 @@ def test_the_rehearsal_runs_every_experiment_of_the_five_papers(rehearsal, repo)
         assert (df["scale"] == "rehearsal").all() and df["within_tol"].isna().all(), t
         assert df.loc[df.status == "ok", "note"].str.contains("stand-in rehearsal").all(), t
     assert "Nothing to be done" in sh("snakemake --cores 2 --config scale=rehearsal", d)
+
+
+def test_mlflow_says_a_rehearsal_is_stand_in(repo):
+    from fedbayes.tracking import experiment_description
+
+    text = experiment_description(load_params(repo / "params.yaml", scale="rehearsal"), "cifar100-pachinko-k500")
+    assert "STAND-IN REHEARSAL" in text and "never a result" in text
+    assert "STAND-IN" not in experiment_description(load_params(repo / "params.yaml"), "fmnist10-iid-k10")

@@ -409,14 +409,20 @@ def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
     small = overlay(params)
     for m in e["methods"]:
         spec = METHOD_SPECS.get(m)
-        if spec is None or spec.params.problems is Hyperparameters.problems:
-            continue   # unknown names are reported by check_semantics; single values by the schema
-        # as method_hparams resolves them (without its copies: this runs at every job's start)
+        if spec is None:
+            continue   # unknown names are reported by check_semantics
         fixed, grid = _method_spec(params, name, m)
+        points = sweep_points(params, name, m) if grid or e.get("selection_from") else {DEFAULT_POINT: {}}
+        for point in points:   # a string value with a space or a slash names no run directory
+            if not POINT_ID.fullmatch(point):
+                out.append(f"experiments.{name}.methods.{m}: sweep point {point!r} cannot name a run (its values "
+                           "must be numbers, booleans or words of letters, digits and _ . -)")
+        if spec.params.problems is Hyperparameters.problems:
+            continue   # no rule across values (single values are checked by the schema)
+        # as method_hparams resolves them (without its copies: this runs at every job's start)
         hp = deep_merge(e["train"], fixed)
         hp = deep_merge(deep_merge(deep_merge(hp, small.get("train")), small.get("hparams")),
                         (small.get("methods") or {}).get(m))
-        points = sweep_points(params, name, m) if grid or e.get("selection_from") else {DEFAULT_POINT: {}}
         for point, values in points.items():
             try:
                 spec.params.from_hparams({**hp, **values, **spec.fixed})
@@ -521,6 +527,7 @@ def experiment_config(params: dict, name: str) -> dict:
 
 
 DEFAULT_POINT = "default"
+POINT_ID = __import__("re").compile(r"[A-Za-z0-9_.=+-]+")   # a run directory's name (the DAG's {point} wildcard)
 
 
 def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict]:

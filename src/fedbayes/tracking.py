@@ -273,6 +273,11 @@ def experiment_description(p: dict, experiment: str) -> str:
     except Exception:  # an experiment params.yaml does not define (a test's): the generic part only
         e = {}
     lines = [f"# {experiment} ({p.get('scale', 'paper')} scale)", ""]
+    from fedbayes.config import stand_in_size
+
+    if stand_in_size(p):
+        lines += [f"**STAND-IN REHEARSAL**: trained on generated stand-in data (size {stand_in_size(p)}), not on "
+                  f"the real dataset: it shows that the pipeline runs, never a result.", ""]
     if e:
         part = e.get("partition") or {}
         how = ", ".join(f"{k} {v}" for k, v in part.items() if k != "scheme")
