@@ -88,17 +88,32 @@ def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, rep
     assert out.returncode != 0 and f"methods.{KEY}.sweep.server_step.1" in out.stderr, out.stderr
 
 
-def test_a_method_registered_twice_or_misnamed_is_an_error(tmp_path, repo):
+def test_a_method_registered_twice_or_misnamed_breaks_only_what_uses_it(tmp_path, repo):
+    """A key registered by two packages (or by a package and fedbayes), or an entry point whose spec is
+    misnamed or cannot be loaded, made `import fedbayes.catalog` fail: every command broke, not only the
+    configurations that use the method. Now the package's method is left out with one warning naming it,
+    and a params.yaml naming its key is refused with that reason."""
     env = with_plugin(tmp_path)
     other = tmp_path / "site" / "other_methods-0.1.dist-info"
     other.mkdir()
     (other / "METADATA").write_text("Metadata-Version: 2.1\nName: other-methods\nVersion: 0.1\n")
     (other / "entry_points.txt").write_text(f"[fedbayes.methods]\n{KEY} = fedbayes_example_method:SPEC\n")
-    out = python("import fedbayes.catalog", env, repo)
-    assert out.returncode != 0 and f"method '{KEY}' is registered twice" in out.stderr, out.stderr
-    (other / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg = fedbayes_example_method:SPEC\n")
-    out = python("import fedbayes.catalog", env, repo)
-    assert out.returncode != 0 and f"its spec's key is '{KEY}'" in out.stderr, out.stderr
+    out = python(f"import fedbayes.catalog as c; print({KEY!r} in c.METHOD_SPECS, 'fedavg' in c.METHOD_SPECS)", env, repo)
+    assert out.returncode == 0 and out.stdout.split() == ["False", "True"], out.stderr
+    assert f"method '{KEY}' is registered twice" in out.stderr and "left out" in out.stderr, out.stderr
+    p = read_params(repo)
+    add_method(p)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    check = f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})"
+    out = python(check, env, repo)
+    assert out.returncode != 0 and f"method '{KEY}': method '{KEY}' is registered twice" in out.stderr, out.stderr
+    out = python(f"from fedbayes.config import load_params; load_params({str(repo / 'params.yaml')!r})", env, repo)
+    assert out.returncode == 0, out.stderr   # a configuration without it is not concerned
+    (other / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg = fedbayes_example_method:SPEC\n"
+                                            "broken = no_such_module:SPEC\n")
+    out = python("import fedbayes.catalog as c; print(c.METHOD_SPECS['fedavg'].implementation)", env, repo)
+    assert out.returncode == 0 and out.stdout.strip() == "fedbayes.methods.fedavg:FedAvg", out.stderr
+    assert f"its spec's key is '{KEY}'" in out.stderr and "no_such_module" in out.stderr, out.stderr
 
 
 def test_the_example_method_steps_the_server_towards_the_average(tmp_path, monkeypatch):

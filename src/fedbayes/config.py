@@ -254,7 +254,7 @@ def validate(params: dict, schema: dict) -> None:
     that no run could do as written: non-finite numbers, schema violations (integers strict, every sweep
     grid value under its hyperparameter's rule; the schema completed from the method specs), then the
     semantic checks."""
-    problems = _value_problems(params)
+    problems = _value_problems(params) + _left_out_methods(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
     schema = complete_schema(schema)
@@ -286,7 +286,7 @@ def check_semantics(params: dict) -> None:
                     problems.append(f"{where}: unknown {key} {e[key]!r}; known: {sorted(DATASETS)}")
             for m in e["methods"]:
                 if m not in METHODS:
-                    problems.append(f"{where}: unknown method {m!r}; implemented: {sorted(METHODS)}")
+                    problems.append(f"{where}: {_unknown_method(m, METHODS)}")
             model = e["model"]
             if model["name"] not in MODELS:
                 problems.append(f"{where}: unknown model {model['name']!r}; known: {sorted(MODELS)}")
@@ -376,6 +376,29 @@ def check_semantics(params: dict) -> None:
         problems.append(f"seeds must be unique, got {seed_list}")
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in dict.fromkeys(problems)))
+
+
+def _left_out_methods(params: Any) -> list[str]:
+    """The methods params.yaml names that an installed package provides but could not be used (registered
+    twice, not loadable: ``plugin_problems``): said first, before the schema's complaints about their keys."""
+    from fedbayes.methods.spec import plugin_problems
+
+    left_out = plugin_problems()
+    if not left_out or not isinstance(params, dict):
+        return []
+    named = set(params.get("methods") or {})
+    for e in (params.get("experiments") or {}).values():
+        if isinstance(e, dict) and isinstance(e.get("methods"), dict | list):
+            named |= set(e["methods"])
+    return [f"method {m!r}: {left_out[m]}" for m in sorted(named & set(left_out))]
+
+
+def _unknown_method(m: str, methods: dict) -> str:
+    """Why ``m`` is not a method here: an installed package's method left out (its reason), or unknown."""
+    from fedbayes.methods.spec import plugin_problems
+
+    why = plugin_problems().get(m)
+    return f"method {m!r}: {why}" if why else f"unknown method {m!r}; implemented: {sorted(methods)}"
 
 
 def _unused_name_problems(params: dict, methods: dict) -> list[str]:

@@ -228,21 +228,48 @@ def _from_entry_point(ep) -> list[MethodSpec]:
 @cache
 def method_specs() -> dict[str, MethodSpec]:
     """Every method this installation knows: the built-in ones, then each installed package's
-    (entry-point group ``fedbayes.methods``); a key registered twice is an error."""
+    (entry-point group ``fedbayes.methods``). An installed package that cannot be loaded, whose spec is
+    invalid, or whose key a built-in method or another package has too, is left out with a warning naming
+    it (``plugin_problems``): it breaks only the configurations that name its key, which validation
+    refuses with that reason, not every command."""
+    import warnings
     from importlib.metadata import entry_points
 
     from fedbayes.methods.builtin import SPECS
 
-    out: dict[str, MethodSpec] = {}
-    sources = [("fedbayes", SPECS)] + [(f"{ep.value} (entry point {ep.name})", _from_entry_point(ep))
-                                       for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)]
-    where: dict[str, str] = {}
-    for source, specs in sources:
+    out: dict[str, MethodSpec] = {s.key: s for s in SPECS}
+    where: dict[str, str] = {s.key: "fedbayes" for s in SPECS}
+    problems: dict[str, str] = {}
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        source = f"{ep.value} (entry point {ep.name})"
+        try:
+            specs = _from_entry_point(ep)
+        except Exception as err:  # noqa: BLE001  (an import error, a spec that is not one: its own problem)
+            problems[ep.name] = f"the installed method {source} cannot be used: {type(err).__name__}: {err}"
+            continue
         for s in specs:
-            if s.key in out:
-                raise ValueError(f"method {s.key!r} is registered twice: by {where[s.key]} and by {source}")
-            out[s.key], where[s.key] = s, source
+            if s.key in problems:   # a third registration of a key already refused
+                problems[s.key] += f", and by {source}"
+            elif s.key in out:
+                problems[s.key] = f"method {s.key!r} is registered twice: by {where[s.key]} and by {source}"
+                if where[s.key] != "fedbayes":   # two packages: neither is used (which one was meant?)
+                    del out[s.key]
+            else:
+                out[s.key], where[s.key] = s, source
+    for key, why in problems.items():
+        warnings.warn(f"fedbayes: {why}; left out", RuntimeWarning, stacklevel=2)
+    _PROBLEMS.clear()
+    _PROBLEMS.update(problems)
     return out
+
+
+_PROBLEMS: dict[str, str] = {}
+
+
+def plugin_problems() -> dict[str, str]:
+    """key (or entry-point name) → why an installed method was left out (``method_specs``)."""
+    method_specs()
+    return dict(_PROBLEMS)
 
 
 def hparam_rules(specs: Mapping[str, MethodSpec]) -> dict[str, dict]:
