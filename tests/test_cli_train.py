@@ -311,3 +311,15 @@ def test_read_only_data_directory_is_read_without_a_lock(setup, capsys):
             f.chmod(m)
     assert rc == 0, err
     assert (d / "run-seed1" / "history.csv").exists()
+
+
+def test_a_dirichlet_split_that_cannot_give_every_client_data_is_one_line(setup, capsys):
+    """A Dirichlet split that cannot give every client its min_size ended in a ValueError traceback; now
+    one line naming the experiment's partition and the seed (exit 2)."""
+    d, p = setup
+    p["experiments"]["synth-a"]["partition"] = {"scheme": "dirichlet", "alpha1": 0.05, "alpha2": 0.5, "min_size": 480}
+    (d / "params.yaml").write_text(yaml.safe_dump(p))
+    code, err = train(d, capsys)
+    assert code == 2 and err.startswith("fedbayes train: error: experiments.synth-a.partition (seed 0): dirichlet: "
+                                        "could not draw a partition"), err
+    assert "Traceback" not in err

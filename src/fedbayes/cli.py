@@ -144,7 +144,10 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
     else:
         if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
             scheme["groups"] = ds.label_groups(pc["dataset"], root=data_root(p))
-        local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
+        try:
+            local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
+        except ValueError as e:   # e.g. a Dirichlet draw that cannot give every client its min_size
+            raise ConfigError(f"experiments.{experiment}.partition (seed {seed}): {e}") from None
     parts = [pool[ix] for ix in local]
     meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=data_root(p))}
     h = save_partition(out, parts, arrays.y_train, arrays.n_classes, meta)
