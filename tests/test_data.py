@@ -210,7 +210,7 @@ def test_repackaged_gzip_is_decompressed_once_then_checked_by_its_md5(tmp_path, 
     path = tmp_path / name
     path.write_bytes(gzip.compress(raw[name], compresslevel=1, mtime=999))  # not the official bytes
     assert sources.check_file(path, f) is None  # full check: decompressed md5
-    assert json.loads((tmp_path / "memo.json").read_text()) == {md5(path.read_bytes()): f.content_md5}
+    assert sources._gz_memo() == {md5(path.read_bytes()): f.content_md5}
 
     def no_decompress(_):
         raise AssertionError("decompressed although these bytes were verified")
@@ -225,6 +225,29 @@ def test_repackaged_gzip_is_decompressed_once_then_checked_by_its_md5(tmp_path, 
     (tmp_path / "memo.json").write_text("not json")  # an unreadable memo only costs time
     path.write_bytes(gzip.compress(raw[name], compresslevel=1, mtime=999))
     assert sources.check_file(path, f) is None
+
+
+def test_the_verification_memo_cannot_be_forged(tmp_path, tiny, monkeypatch):
+    """Whoever could write the memo file could make a modified archive pass as the official one (an entry
+    "md5 of my file -> the official content md5"). Entries carry a MAC under this user's secret key: a
+    written-in entry is ignored and the file gets the full check (and fails)."""
+    official, arrays, raw = tiny
+    monkeypatch.setenv(sources.GZ_MEMO_ENV, str(tmp_path / "memo.json"))
+    name = "x_train-idx.gz"
+    f = next(f for f in DATASETS["tiny"].files if f.name == name)
+    path = tmp_path / name
+    forged = bytearray(raw[name])
+    forged[-1] ^= 0xFF
+    path.write_bytes(gzip.compress(bytes(forged), mtime=0))  # a modified archive
+    (tmp_path / "memo.json").write_text(json.dumps({md5(path.read_bytes()): f.content_md5}))  # the old format
+    assert "checksum mismatch" in sources.check_file(path, f)
+    (tmp_path / "memo.json").write_text(json.dumps({md5(path.read_bytes()): {"content": f.content_md5, "mac": "0" * 64}}))
+    assert "checksum mismatch" in sources.check_file(path, f)
+    key = tmp_path / "memo.key"
+    assert key.stat().st_mode & 0o077 == 0
+    key.chmod(0o644)   # a key others may read is not one: the memo is ignored (it only costs time)
+    path.write_bytes(gzip.compress(raw[name], compresslevel=1, mtime=999))
+    assert sources.check_file(path, f) is None and sources._gz_memo() == {}
 
 
 def test_env_mirrors(tmp_path, tiny, monkeypatch):

@@ -95,21 +95,66 @@ def _gz_memo_path() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedbayes" / "verified-gz.json"
 
 
-def _gz_memo() -> dict:
+def _memo_key() -> bytes | None:
+    """This user's secret for the memo's entries (``<memo>.key``, created 0600): an entry is trusted only
+    with a MAC under it, so whoever can write the memo file (a shared cache folder, another user) cannot
+    make a modified archive pass as the official one. A key file that another user owns or that others
+    may read is not used (the memo is then ignored: it only costs time)."""
+    import secrets
+
+    path = _gz_memo_path().with_suffix(".key")
     try:
-        return json.loads(_gz_memo_path().read_text())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = path.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+        return bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _mac(key: bytes, file_md5: str, content_md5: str) -> str:
+    import hmac
+
+    return hmac.new(key, f"{file_md5} {content_md5}".encode(), "sha256").hexdigest()
+
+
+def _gz_memo() -> dict:
+    """file md5 → decompressed md5 of the verified gzip files, each entry checked against its MAC."""
+    key = _memo_key()
+    if key is None:
+        return {}
+    try:
+        raw = json.loads(_gz_memo_path().read_text())
     except (OSError, ValueError):
         return {}
+    import hmac
+
+    return {k: v["content"] for k, v in (raw.items() if isinstance(raw, dict) else ())
+            if isinstance(v, dict) and isinstance(v.get("content"), str) and isinstance(v.get("mac"), str)
+            and hmac.compare_digest(v["mac"], _mac(key, k, v["content"]))}
 
 
 def _gz_memo_add(file_md5: str, content_md5: str) -> None:
     """Remember that the gzip file with these bytes decompresses to ``content_md5`` (a fact about the
     bytes, so any copy anywhere is covered). Best effort: an unwritable cache only costs time."""
+    key = _memo_key()
+    if key is None:
+        return
     path = _gz_memo_path()
+    entries = {k: {"content": v, "mac": _mac(key, k, v)} for k, v in {**_gz_memo(), file_md5: content_md5}.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
-        tmp.write_text(json.dumps({**_gz_memo(), file_md5: content_md5}))
+        tmp.write_text(json.dumps(entries))
         os.replace(tmp, path)
     except OSError:
         pass
