@@ -133,7 +133,9 @@ def measure_row(args, e: str, m: str) -> dict:
         if burn_in is not None and 0 < int(burn_in) < full_cfg["rounds"]:
             cfg["hparams"]["burn_in"] = args.rounds - 1
         t0 = time.perf_counter()
-        data, _ = load_run_data(p2, cfg, ([parts[k] for k in chosen], meta), torch.device("cpu"))
+        device = torch.device(args.device) if args.device != "auto" else \
+            torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        data, _ = load_run_data(p2, cfg, ([parts[k] for k in chosen], meta), device)
         t_load = time.perf_counter() - t0
         full_test, full_ood = len(data.y_test), (0 if data.x_ood is None else len(data.x_ood))
         keep_alive = (data.x_test, data.y_test, data.x_ood)   # the full sets stay in memory (RSS as a run's)
@@ -186,7 +188,7 @@ def measure_row(args, e: str, m: str) -> dict:
         loop.build_method, loop.predict = build_method, predict
         try:
             t0 = time.perf_counter()
-            hist = loop.run_federated(cfg, data, f"{tmp}/run", torch.device("cpu"), log=log,
+            hist = loop.run_federated(cfg, data, f"{tmp}/run", device, log=log,
                                       batch_clients={"auto": None, True: True, False: False}[p.get("batch_clients", "auto")])
             t_run = time.perf_counter() - t0
         finally:
@@ -323,7 +325,8 @@ def run_row(args, e: str, m: str) -> dict:
         out = Path(tmp) / "row.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--row", e, m, "--row-out", str(out),
                "--params", args.params, "--stand-in-root", args.stand_in_root, "--clients-cap", str(args.clients_cap),
-               "--test-cap", str(args.test_cap), "--rounds", str(args.rounds), "--pick", args.pick]
+               "--test-cap", str(args.test_cap), "--rounds", str(args.rounds), "--pick", args.pick,
+               "--device", args.device]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         t0 = time.perf_counter()
         try:
@@ -378,6 +381,8 @@ def main() -> None:
     ap.add_argument("--test-cap", type=int, default=1000, help="test/OOD points evaluated (0: all)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds run; the last is reported")
     ap.add_argument("--max-seconds", type=float, default=1800, help="per row: the child is killed after this")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or auto (a GPU's rows: give them their own "
+                    "--json/--md, e.g. benchmarks/suite_cost_gpu.json)")
     ap.add_argument("--resume", action="store_true", help="keep the rows already in the JSON")
     ap.add_argument("--retry", action="store_true", help="with --resume: re-measure rows that failed or were skipped")
     ap.add_argument("--redo", action="store_true", help="re-measure the selected rows even where the JSON has them")
