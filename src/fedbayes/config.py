@@ -430,6 +430,8 @@ def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
 
     out = []
     small = overlay(params)
+    if e.get("selection_from") and e["selection_from"] not in params["experiments"]:
+        return out   # its grid is another experiment's, which is not there: check_semantics says so
     for m in e["methods"]:
         spec = METHOD_SPECS.get(m)
         if spec is None:
