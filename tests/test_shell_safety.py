@@ -5,20 +5,10 @@ reads as syntax, never an option) and every value is passed quoted, so a legitim
 works and a crafted one is refused before any job starts."""
 
 import pytest
-import yaml
 
 from fedbayes.config import ConfigError, validate
-from dagutil import copy_repo, read_params, sh
-
-
-@pytest.fixture
-def params(repo):
-    return read_params(repo)
-
-
-@pytest.fixture
-def schema(repo):
-    return yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text())
+from dagutil import copy_repo, sh
+from test_config import params, schema  # noqa: F401  (the repository's params.yaml and schema, as read)
 
 
 @pytest.mark.parametrize("key,value", [
