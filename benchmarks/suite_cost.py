@@ -495,9 +495,10 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
     L = ["# What the params.yaml suite costs at paper scale (`benchmarks/suite_cost.py`)", "",
          f"Generated {_now()} from `benchmarks/suite_cost.json` "
          f"({sum(1 for r in doc['rows'].values() if r['status'] == 'ok')} of {len(rows)} (experiment, method) rows "
-         f"measured). CPU: {settings.get('cpu', '?')}, one core (`taskset -c 0`), one torch thread, "
-         f"while another job ran on the machine's other core. Stand-in data of the real size "
-         f"(`fedbayes.data.standin`, size `paper`), seed 0, the first sweep point of each row.", "",
+         f"measured). CPU: {settings.get('cpu', '?')}, one core a row (`taskset`), one torch thread; on "
+         f"2026-11-26 two rows were measured at a time, one on each core of this 2-core machine. Stand-in data "
+         f"of the real size (`fedbayes.data.standin`, size `paper`), seed 0, the first sweep point of each row; "
+         f"the clients measured (`--clients-cap`, `--pick`) are in each row's record in the JSON.", "",
          "## How each number was obtained", "",
          f"* **Train s/round** — *scaled*. `run_federated` ran {settings.get('rounds', 2)} rounds of the row's own "
          "configuration (model, batch size, local epochs of the first sweep point, every hyperparameter), "
