@@ -128,7 +128,8 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
     from fedbayes.partition import class_counts, make_partition, plot_partition, save_partition, subsample
 
     pc = partition_config(p, experiment, seed)
-    arrays = ds.load(pc["dataset"], root=data_root(p))
+    root = data_root(p)
+    arrays = ds.load(pc["dataset"], root=root)
     rng = seeds.rng(seed, seeds.PARTITION)
     pool = np.arange(len(arrays.y_train))
     if pc["subsample"] < 1.0:
@@ -136,20 +137,20 @@ def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str |
     scheme = dict(pc["partition"])
     name = scheme.pop("scheme")
     if name == "natural":  # the dataset's own clients (FLamby-Heart: the four hospitals)
-        groups = ds.train_groups(pc["dataset"], root=data_root(p))[pool]
+        groups = ds.train_groups(pc["dataset"], root=root)[pool]
         local = [np.flatnonzero(groups == g) for g in np.unique(groups)]
         if len(local) != pc["clients"]:
             raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
                               f"params.yaml says clients: {pc['clients']}")
     else:
         if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
-            scheme["groups"] = ds.label_groups(pc["dataset"], root=data_root(p))
+            scheme["groups"] = ds.label_groups(pc["dataset"], root=root)
         try:
             local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
         except ValueError as e:   # e.g. a Dirichlet draw that cannot give every client its min_size
             raise ConfigError(f"experiments.{experiment}.partition (seed {seed}): {e}") from None
     parts = [pool[ix] for ix in local]
-    meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=data_root(p))}
+    meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=root)}
     h = save_partition(out, parts, arrays.y_train, arrays.n_classes, meta)
     counts = class_counts(arrays.y_train, parts, arrays.n_classes)
     if figure:

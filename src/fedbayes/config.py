@@ -413,11 +413,12 @@ def _unused_name_problems(params: dict, methods: dict) -> list[str]:
         for m in (params.get(block) or {}).get("methods") or {}:
             if m not in methods:
                 out.append(f"{block}.methods.{m}: unknown method; implemented: {sorted(methods)}")
-    for k in ("sweep", "seeds"):
-        if k in (params.get("smoke", {}).get("hparams") or {}) or k in ((params.get("rehearsal") or {}).get("hparams") or {}):
-            out.append(f"smoke.hparams.{k}: not a hyperparameter (smoke.hparams sets values for every method; "
-                       f"a {k} belongs under methods.<m> or experiments.<e>.methods.<m>"
-                       f"{'; smoke seeds are smoke.seeds' if k == 'seeds' else ''})")
+    for block in ("smoke", "rehearsal"):
+        for k in ("sweep", "seeds"):
+            if k in ((params.get(block) or {}).get("hparams") or {}):
+                out.append(f"{block}.hparams.{k}: not a hyperparameter ({block}.hparams sets values for every method; "
+                           f"a {k} belongs under methods.<m> or experiments.<e>.methods.<m>"
+                           f"{f'; {block} seeds are {block}.seeds' if k == 'seeds' else ''})")
     return out
 
 
@@ -429,7 +430,6 @@ def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
     from fedbayes.methods.spec import Hyperparameters
 
     out = []
-    small = overlay(params)
     if e.get("selection_from") and e["selection_from"] not in params["experiments"]:
         return out   # its grid is another experiment's, which is not there: check_semantics says so
     for m in e["methods"]:
@@ -444,10 +444,7 @@ def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
                            "must be numbers, booleans or words of letters, digits and _ . -)")
         if spec.params.problems is Hyperparameters.problems:
             continue   # no rule across values (single values are checked by the schema)
-        # as method_hparams resolves them (without its copies: this runs at every job's start)
-        hp = deep_merge(e["train"], fixed)
-        hp = deep_merge(deep_merge(deep_merge(hp, small.get("train")), small.get("hparams")),
-                        (small.get("methods") or {}).get(m))
+        hp = _fixed_hparams(params, e, m, fixed)   # as method_hparams, without re-reading the experiment
         for point, values in points.items():
             try:
                 spec.params.from_hparams({**hp, **values, **spec.fixed})
@@ -600,11 +597,7 @@ def method_hparams(params: dict, experiment: str, method: str, point: str = DEFA
     method's own ``methods.<m>``), then the sweep point."""
     e = experiment_config(params, experiment)
     fixed, _ = _method_spec(params, experiment, method)
-    hp = deep_merge(e["train"], fixed)
-    if params.get("scale", "paper") != "paper":
-        small = overlay(params)
-        hp = deep_merge(deep_merge(hp, small.get("train")), small.get("hparams"))
-        hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
+    hp = _fixed_hparams(params, e, method, fixed)
     points = sweep_points(params, experiment, method)
     if point not in points:
         raise ConfigError(f"{experiment}/{method}: no sweep point {point!r}; the grid has {list(points)}")
@@ -612,6 +605,18 @@ def method_hparams(params: dict, experiment: str, method: str, point: str = DEFA
 
     hp = deep_merge(hp, points[point])
     return {k: v for k, v in hp.items() if not (k in HPARAM_DEFAULTS and v == HPARAM_DEFAULTS[k])}
+
+
+def _fixed_hparams(params: dict, e: dict, method: str, fixed: dict) -> dict:
+    """A method's hyperparameters before the sweep point: the experiment's ``train``, the method's own
+    values (``fixed``, from _method_spec), then the scale's overlay (``train``, ``hparams``, then the
+    method's own ``methods.<m>``)."""
+    hp = deep_merge(e["train"], fixed)
+    small = overlay(params)
+    if small:
+        hp = deep_merge(deep_merge(hp, small.get("train")), small.get("hparams"))
+        hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
+    return hp
 
 
 def partition_config(params: dict, experiment: str, seed: int) -> dict:
