@@ -74,3 +74,68 @@ def test_unbatchable_hyperparameters_fall_back(tmp_path, synthetic_run_data, cfg
     a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
     b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
+
+
+IVON_METHODS = [
+    # BayesADMM: persistent duals, momentum and step counts; per-client λ and δ; the authors' round-1 start
+    ("bayesadmm", {"lr": 0.1, "local_epochs": 2, "rho": 0.5, "tau": 0.01, "delta": 1.0, "dual_damping": 1.0,
+                   "h0": 1.0, "beta2": 0.999, "pred_samples": 4}),
+    ("bayesadmm", {"lr": 0.1, "local_epochs": 2, "rho": 0.5, "tau": 0.01, "delta": 1.0, "dual_damping": 1.0,
+                   "h0": 1.0, "beta2": 0.999, "pred_samples": 4, "ivon_reset": "paper", "lr_schedule": "cosine_rounds",
+                   "clip_radius": 0.5}),
+    ("bayesadmm", {"lr": 0.1, "local_epochs": 2, "rho": 0.5, "tau": 0.01, "delta": 1.0, "dual_damping": 1.0,
+                   "h0": 1.0, "beta2": 0.999, "pred_samples": 4, "client_stream": "replay"}),
+    # FedIVON: a rate decaying over each client's own number of steps, fresh clients, partial participation
+    ("fedivon", {"lr": 0.1, "lr_final": 0.01, "local_epochs": 2, "lr_schedule": "linear_local", "ess": 20000.0,
+                 "delta": 1e-4, "h0": 1.0, "beta2": 0.999, "pred_samples": 4}),
+]
+
+
+@pytest.mark.parametrize("name,extra", IVON_METHODS, ids=["bayesadmm", "bayesadmm-paper-clip", "bayesadmm-replay",
+                                                           "fedivon"])
+def test_ivon_methods_batch_to_the_sequential_numbers(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+    """IVON's clients trained together (``ivon.ivon_train_batched``): each client's noise from its own
+    generator seeded as the sequential loop seeds torch's, its own minibatch order, rate and step count —
+    so four rounds over unequal clients (the shorter ones stop early) give the sequential run's
+    posterior and metrics up to float round-off, every round batched."""
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 1, **extra}
+    over = {"participation": 0.5} if name == "fedivon" else {}
+    cfg = cfg_factory(method=name, hparams=hp, **over)
+    assert len({len(p) for p in synthetic_run_data.parts}) > 1
+    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    for a, b in zip(seq, bat):
+        for key in ("test/acc", "test/nll", "train/loss", "mean/test/nll"):
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-4), (a["round"], key)
+    post = [torch.load(tmp_path / r / "posterior.pt") for r in ("seq", "bat")]
+    for key in post[0]:
+        if torch.is_tensor(post[0][key]) and post[0][key].is_floating_point():
+            assert torch.allclose(post[0][key], post[1][key], rtol=1e-4, atol=1e-5), key
+    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == cfg["rounds"]
+
+
+def test_ivon_batched_step_is_the_sequential_step_on_one_client():
+    """One client, equal data: ``ivon_train_batched`` is ``ivon_train`` (the same noise, rows, rates), so
+    the states agree to round-off of the vmapped product alone (max |Δm| printed by the benchmark)."""
+    from fedbayes.methods import ClientData
+    from fedbayes.methods.ivon import IVONState, ivon_train, ivon_train_batched, lr_schedule
+    from fedbayes.models import FlatModel, build_model
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("mlp", (1, 8, 8), 3, hidden=[16], activation="relu"))
+    x, y = torch.randn(40, 1, 8, 8), torch.randint(0, 3, (40,))
+    data = ClientData(x, y)
+    w0 = torch.randn(fm.n_params) * 0.1
+    hp = {"lr": 0.05, "lr_final": 0.01, "lr_schedule": "linear_local"}
+    common = dict(epochs=2, batch_size=16, beta1=0.9, beta2=0.999)
+    torch.manual_seed(123)
+    seq, loss_s, n_s = ivon_train(fm, IVONState.start(w0, 0.5), data, np.random.default_rng(5),
+                                  lr=lr_schedule(hp, 1, 1), ess=100.0, delta=0.1, **common)
+    (bat,), (loss_b,), (n_b,) = ivon_train_batched(
+        fm, [IVONState.start(w0, 0.5)], [data], [np.random.default_rng(5)], [torch.Generator().manual_seed(123)],
+        lrs=[lr_schedule(hp, 1, 1)], esss=[100.0], deltas=[0.1], prior_means=[0.0], **common)
+    assert n_s == n_b == 6 and seq.t == bat.t == 6
+    assert loss_b == pytest.approx(loss_s, rel=1e-5)
+    for a, b in ((seq.m, bat.m), (seq.h, bat.h), (seq.g, bat.g)):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -14,6 +14,7 @@ so the tables show it as diverged and everything else still builds.
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import os
 import platform
@@ -126,6 +127,15 @@ def local_accuracy(method: Method, w: torch.Tensor, data: RunData, batch: int = 
     hits = sum(int((method.fm(w, data.x_test[i:i + batch]).argmax(-1) == data.y_test[i:i + batch]).sum())
                for i in range(0, len(data.y_test), batch))
     return hits / len(data.y_test)
+
+
+def _generators(method: Method, streams: list[tuple], device: torch.device) -> dict:
+    """``generators=`` for ``client_updates``: one torch generator a client, seeded as the sequential
+    loop seeds the global one before that client's ``client_update`` — for a method whose
+    ``client_updates`` takes them (an outside method written before they existed does not)."""
+    if "generators" not in inspect.signature(method.client_updates).parameters:
+        return {}
+    return {"generators": [torch.Generator(device=device).manual_seed(seeds.torch_seed(*st)) for st in streams]}
 
 
 def _divergence(losses: list[float], server: dict) -> str | None:
@@ -255,7 +265,8 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         ks = [int(k) for k in picked]
         streams = [(seed, seeds.TRAIN) if replay else (seed, seeds.TRAIN, rnd, k) for k in ks]
         together = method.client_updates(ks, down, [client_states[k] for k in ks], [clients[k] for k in ks],
-                                          [seeds.rng(*st) for st in streams], rnd) if batch_clients else None
+                                          [seeds.rng(*st) for st in streams], rnd,
+                                          **_generators(method, streams, device)) if batch_clients else None
         batched_rounds += together is not None
         for i, k in enumerate(ks):
             if together is not None:

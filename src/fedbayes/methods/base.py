@@ -156,12 +156,13 @@ class Method:
         raise NotImplementedError
 
     def client_updates(self, ks: list[int], down: Tensors, states: list[Tensors], datas: list[ClientData],
-                       rngs: list[np.random.Generator], rnd: int) -> list[tuple[Tensors, Tensors, float]] | None:
+                       rngs: list[np.random.Generator], rnd: int, generators: list[torch.Generator] | None = None
+                       ) -> list[tuple[Tensors, Tensors, float]] | None:
         """The round's clients ``ks`` trained together (a run with ``batch_clients``): for each, what
         ``client_update`` returns, up to float round-off; or None where this method trains its clients
-        one by one (the default: the engine then calls ``client_update`` for each). Unlike
-        ``client_update``, it runs with no per-client reseeding of torch's global generator, so a method
-        that draws from it must not batch."""
+        one by one (the default: the engine then calls ``client_update`` for each). Torch's global
+        generator is not reseeded per client here: ``generators[i]`` is client ``ks[i]``'s own, seeded as
+        the global one is before its ``client_update`` (the same draws), for a method that samples (IVON)."""
         return None
 
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:

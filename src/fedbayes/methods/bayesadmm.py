@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.base import Method
-from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_train, lr_schedule
+from fedbayes.methods.ivon import (IVONState, batchable, gaussian_samples_logits, ivon_train, ivon_train_batched,
+                                  lr_schedule, stacked_problems)
 
 
 class BayesADMM(Method):
@@ -58,13 +59,13 @@ class BayesADMM(Method):
             down["w0"] = server["w0"]  # the shared random initialisation the clients start from
         return down
 
-    def client_update(self, k, down, state, data, rng, rnd):
+    def _client_problem(self, down, state, n_k, rnd) -> tuple[IVONState, dict]:
+        """Client k's IVON problem (the module docstring's client step): its start state and the
+        per-client arguments of ``ivon_train``."""
         hp = self.hp
-        rho, tau, n_k = float(hp["rho"]), float(hp["tau"]), len(data)
-        gamma = float(hp["dual_damping"]) * rho
+        rho, tau = float(hp["rho"]), float(hp["tau"])
         m_bar, s_bar = down["w"], down["s"]
         ess = n_k / (rho * tau)
-        delta_ivon = s_bar / ess
         if self.p.ivon_reset == "code":
             if "w0" in down:
                 st = IVONState(down["w0"].clone(), torch.full_like(m_bar, float(hp["h0"])), state["g"], int(state["t"]))
@@ -72,20 +73,39 @@ class BayesADMM(Method):
                 st = IVONState(m_bar.clone(), torch.zeros_like(m_bar), state["g"], int(state["t"]))
         else:
             st = IVONState.start(m_bar, float(hp["h0"]))
-        v, u = state["v"], state["u"]
-        st, loss, _ = ivon_train(
-            self.fm, st, data, rng, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
-            lr=lr_schedule(hp, rnd, self.rounds), ess=ess, delta=delta_ivon, prior_mean=m_bar,
-            v=(tau / n_k) * v, u=(tau / n_k) * u, beta1=float(self.p.beta1),
-            beta2=float(self.p.beta2), mc_samples=int(self.p.mc_samples),
-            clip_radius=float(self.p.clip_radius or math.inf), loss_fn=self.loss_fn)
-        s_k = st.precision(ess, delta_ivon)
+        return st, dict(lr=lr_schedule(hp, rnd, self.rounds), ess=ess, delta=s_bar / ess, prior_mean=m_bar,
+                        v=(tau / n_k) * state["v"], u=(tau / n_k) * state["u"])
+
+    def _client_result(self, st: IVONState, problem: dict, down, state) -> tuple[dict, dict]:
+        """The dual updates (lines 5–6) and the message (lines 9–10) from the client's IVON result."""
+        gamma = float(self.hp["dual_damping"]) * float(self.hp["rho"])
+        m_bar, s_bar, v, u = down["w"], down["s"], state["v"], state["u"]
+        s_k = st.precision(problem["ess"], problem["delta"])
         v_new = v + gamma * (s_k * st.m - s_bar * m_bar)
         u_new = u + gamma * (s_k - s_bar)
         a, K = self.alpha, self.n_clients
         msg = {"a": (1 - a) / K * s_k * st.m + a * v_new, "b": (1 - a) / K * s_k + a * u_new}
-        new_state = {"v": v_new, "u": u_new, "g": st.g, "t": torch.tensor(st.t)}
-        return msg, new_state, loss
+        return msg, {"v": v_new, "u": u_new, "g": st.g, "t": torch.tensor(st.t)}
+
+    def _ivon_settings(self) -> dict:
+        hp = self.hp
+        return dict(epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]), beta1=float(self.p.beta1),
+                    beta2=float(self.p.beta2), clip_radius=float(self.p.clip_radius or math.inf))
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        st, problem = self._client_problem(down, state, len(data), rnd)
+        st, loss, _ = ivon_train(self.fm, st, data, rng, **self._ivon_settings(), **problem,
+                                 mc_samples=int(self.p.mc_samples), loss_fn=self.loss_fn)
+        return *self._client_result(st, problem, down, state), loss
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
+        if not batchable(self, BayesADMM, generators):
+            return None
+        problems = [self._client_problem(down, state, len(d), rnd) for state, d in zip(states, datas)]
+        sts, losses, _ = ivon_train_batched(self.fm, [p[0] for p in problems], datas, rngs, generators,
+                                            **self._ivon_settings(), **stacked_problems([p[1] for p in problems]))
+        return [(*self._client_result(st, p[1], down, state), loss)
+                for st, p, state, loss in zip(sts, problems, states, losses)]
 
     def server_update(self, server, messages, rnd):
         if len(messages) != self.n_clients:

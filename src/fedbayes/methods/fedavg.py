@@ -20,7 +20,7 @@ class FedAvg(Method):
                                state=state)
         return {"w": res.w}, state, res.mean_loss
 
-    def client_updates(self, ks, down, states, datas, rngs, rnd):
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
         # a subclass that adds a term to the client's objective trains one by one unless it batches that
         # term itself (FedProx)
         if type(self).client_update is not FedAvg.client_update or float(self.p.weight_decay):

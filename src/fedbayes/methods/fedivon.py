@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.base import Method
-from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_train, lr_schedule
+from fedbayes.methods.ivon import (IVONState, batchable, gaussian_samples_logits, ivon_train, ivon_train_batched,
+                                  lr_schedule, stacked_problems)
 
 
 class FedIVON(Method):
@@ -38,16 +39,32 @@ class FedIVON(Method):
     def broadcast(self, server, rnd):
         return {"w": server["w"], "h": server["h"]}
 
-    def client_update(self, k, down, state, data, rng, rnd):
+    def _client_problem(self, down, rnd) -> tuple[IVONState, dict]:
+        """A sampled client's IVON problem: from the server's (m, h), momentum 0, step counter 0."""
         hp = self.hp
         delta, h0 = float(hp["delta"]), float(hp["h0"])
         st = IVONState(down["w"].clone(), down["h"].clone(), torch.zeros_like(down["w"]), 0)
-        st, loss, _ = ivon_train(
-            self.fm, st, data, rng, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
-            lr=lr_schedule({**hp, "lr_scale": h0 + delta}, rnd, self.rounds), ess=float(hp["ess"]), delta=delta,
-            beta1=float(self.p.beta1), beta2=float(self.p.beta2),
-            mc_samples=int(self.p.mc_samples), clip_radius=float(self.p.clip_radius or math.inf), loss_fn=self.loss_fn)
+        return st, dict(lr=lr_schedule({**hp, "lr_scale": h0 + delta}, rnd, self.rounds), ess=float(hp["ess"]),
+                        delta=delta, prior_mean=0.0)
+
+    def _ivon_settings(self) -> dict:
+        hp = self.hp
+        return dict(epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]), beta1=float(self.p.beta1),
+                    beta2=float(self.p.beta2), clip_radius=float(self.p.clip_radius or math.inf))
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        st, problem = self._client_problem(down, rnd)
+        st, loss, _ = ivon_train(self.fm, st, data, rng, **self._ivon_settings(), **problem,
+                                 mc_samples=int(self.p.mc_samples), loss_fn=self.loss_fn)
         return {"w": st.m, "h": st.h}, state, loss
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
+        if not batchable(self, FedIVON, generators):
+            return None
+        problems = [self._client_problem(down, rnd) for _ in ks]
+        sts, losses, _ = ivon_train_batched(self.fm, [p[0] for p in problems], datas, rngs, generators,
+                                            **self._ivon_settings(), **stacked_problems([p[1] for p in problems]))
+        return [({"w": st.m, "h": st.h}, state, loss) for st, state, loss in zip(sts, states, losses)]
 
     def server_update(self, server, messages, rnd):
         ks = sorted(messages)

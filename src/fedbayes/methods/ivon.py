@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods import kernels
-from fedbayes.methods.local import train_local
+from fedbayes.methods.local import StackedPlan, train_local
 from fedbayes.methods.spec import Hyperparameters
 
 
@@ -257,6 +257,113 @@ def ivon_train(fm, st: IVONState, data, rng: np.random.Generator, *, epochs: int
                mc_samples=mc_samples, clip_radius=clip_radius, debias=debias)
     mean_loss, steps = train_local(fm, opt, data, rng, epochs=epochs, batch_size=batch_size, loss_fn=loss_fn)
     return opt.state, mean_loss, steps
+
+
+def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.random.Generator],
+                       generators: list[torch.Generator], *, epochs: int, batch_size: int,
+                       lrs: list[Callable[[int, int], float]], esss: list[float], deltas: list, prior_means: list,
+                       vs: list | None = None, us: list | None = None, beta1: float = 0.9,
+                       beta2: float = 0.99999, clip_radius: float = math.inf,
+                       debias: bool = True) -> tuple[list[IVONState], list[float], list[int]]:
+    """``ivon_train`` with one posterior sample a step (``mc_samples: 1``) and minibatch-mean cross-entropy
+    for C clients together: client c's arguments are the c-th entries of the lists. Their states are
+    stacked (C, P); at step s the C sampled networks' minibatch gradients are one vmapped call
+    (``local.StackedPlan``) and their IVON updates one pass of ``_ivon_step_`` over the stacks, the
+    per-client numbers (rate, effective sample size, debiasing divisor) as (C, 1) columns of the float32
+    values the sequential step computes with. Client c draws its minibatches from ``rngs[c]`` as
+    ``minibatches`` would and its noise from ``generators[c]`` (seeded as the engine seeds torch's global
+    generator before the client's ``client_update``), so the iterates are those of C calls of
+    ``ivon_train`` up to float round-off (batched products sum in another order; tests/test_batched.py).
+    A client with fewer steps than the others is left out of the updates after its last one. The model
+    must be ``row_wise`` (no dropout or batch-norm draws, which the sequential loop interleaves with the
+    noise). Returns (states, mean losses at the samples, steps)."""
+    C = len(sts)
+    dev, dtype = sts[0].m.device, sts[0].m.dtype
+    plan = StackedPlan(fm, datas, rngs, batch_size=batch_size, epochs=epochs, device=dev, dtype=dtype)
+    S, steps = plan.n_steps, plan.steps
+    stack = lambda xs: torch.stack([x.to(dtype) for x in xs])  # noqa: E731
+    M, H, G = stack([s.m for s in sts]), stack([s.h for s in sts]), stack([s.g for s in sts])
+    col = lambda xs: torch.tensor(xs, dtype=dtype, device=dev).reshape(-1, 1)  # noqa: E731
+    ess = col([float(e) for e in esss])
+    # δ, the prior mean and the Lagrange terms: shared where every client has the same one, else stacked
+    same = lambda xs: all(x is xs[0] or (isinstance(x, float) and x == xs[0]) for x in xs)  # noqa: E731
+    wide = lambda x: x if torch.is_tensor(x) else torch.full_like(M[0], float(x))  # noqa: E731
+    delta = deltas[0] if same(deltas) else torch.stack([wide(d) for d in deltas])
+    prior = prior_means[0] if same(prior_means) else torch.stack([wide(p) for p in prior_means])
+    V = None if vs is None else torch.stack(vs)
+    U = None if us is None else torch.stack(us)
+    # each client's rate and debiasing divisor at each of its steps, one table (S, C) sent at once
+    lr_tab = np.zeros((S, C), dtype=np.float64)
+    bias_tab = np.ones((S, C), dtype=np.float64)
+    for c, st in enumerate(sts):
+        for i in range(steps[c]):
+            lr_tab[i, c] = lrs[c](i, steps[c])
+            bias_tab[i, c] = 1.0 - beta1 ** (st.t + i + 1) if debias else 1.0
+    lr_t = torch.tensor(lr_tab, dtype=dtype, device=dev)
+    bias_t = torch.tensor(bias_tab, dtype=dtype, device=dev)
+    HD = H + delta
+    std, noise = torch.empty_like(M), torch.empty_like(M)
+    A, B = torch.empty_like(M), torch.empty_like(M)
+    kw = dict(beta1=beta1, beta2=beta2, clip_radius=clip_radius, debias=debias)
+    # the step: on a GPU torch.compile's one kernel where that is on (as the sequential step there), else eager
+    step = _ivon_step_ if dev.type == "cpu" else _step_fn(M.numel())
+
+    def update(*args, **kws):
+        nonlocal step
+        try:
+            step(*args, **kws, **kw)
+        except Exception as err:  # noqa: BLE001  (compilation: no C++ compiler, unsupported platform)
+            if step is _ivon_step_:
+                raise
+            _fall_back(err)
+            step = _ivon_step_
+            step(*args, **kws, **kw)
+
+    for s in range(S):
+        act = plan.active(s)
+        with torch.no_grad():
+            for c in act:
+                kernels.randn_(noise[c], generators[c])
+            torch.mul(HD, ess, out=std)
+            std.rsqrt_()
+            noise.mul_(std)
+            theta = M + noise
+        grad = plan.gradient(theta, s)
+        with torch.no_grad():
+            nxg = noise.mul_(grad)
+            if len(act) == C:
+                update(M, H, G, 0, grad, nxg, HD, A, B, lr=lr_t[s, :, None], ess=ess, delta=delta,
+                       prior_mean=prior, v=V, u=U, bias=bias_t[s, :, None])
+            else:  # the clients still training, gathered, stepped and written back
+                ix = torch.tensor(act, device=dev)
+                pick = lambda x: x[ix] if torch.is_tensor(x) and x.dim() == 2 else x  # noqa: E731
+                m, h, g, hd = M[ix], H[ix], G[ix], HD[ix]
+                update(m, h, g, 0, grad[ix], nxg[ix], hd, A[ix], B[ix], lr=lr_t[s, ix, None],
+                       ess=ess[ix], delta=pick(delta), prior_mean=pick(prior), v=pick(V), u=pick(U),
+                       bias=bias_t[s, ix, None])
+                M[ix], H[ix], G[ix], HD[ix] = m, h, g, hd
+    out = [IVONState(M[c].clone(), H[c].clone(), G[c].clone(), sts[c].t + steps[c]) for c in range(C)]
+    return out, plan.mean_losses(), steps
+
+
+def batchable(method, cls, generators) -> bool:
+    """Can ``method`` (an IVON method of class ``cls``) train its round's clients with
+    ``ivon_train_batched``? Only with the clients' own generators, one sample a step, the cross-entropy
+    loss, a ``row_wise`` model and ``cls``'s own ``client_update`` (a subclass that changes it trains one
+    by one)."""
+    return (generators is not None and int(method.p.mc_samples) == 1 and method.loss_fn is F.cross_entropy
+            and method.fm.row_wise and type(method).client_update is cls.client_update)
+
+
+def stacked_problems(problems: list[dict]) -> dict:
+    """The per-client keyword arguments of ``ivon_train`` (lr, ess, delta, prior_mean, v, u) as the lists
+    ``ivon_train_batched`` takes."""
+    out = {"lrs": [p["lr"] for p in problems], "esss": [p["ess"] for p in problems],
+           "deltas": [p["delta"] for p in problems], "prior_means": [p.get("prior_mean", 0.0) for p in problems]}
+    for key in ("v", "u"):
+        if any(p.get(key) is not None for p in problems):
+            out[key + "s"] = [p[key] for p in problems]
+    return out
 
 
 def lr_schedule(hp: dict, rnd: int, rounds: int) -> Callable[[int, int], float]:

@@ -174,6 +174,57 @@ def minibatch_plan(n: int, batch_size: int, epochs: int, rng: np.random.Generato
     return plan
 
 
+class StackedPlan:
+    """The minibatches of C clients trained together, step by step: client c's rows at step s are those
+    ``minibatch_plan`` draws from its ``rng`` (so ``minibatches``' order), padded to the batch size with
+    a mask; after its last step a client's rows are computed but never applied (``active``). Shared by
+    every batched local loop (Adam: ``train_local_batched``; IVON: ``ivon.ivon_train_batched``)."""
+
+    def __init__(self, fm, datas: list, rngs: list[np.random.Generator], *, batch_size: int, epochs: int,
+                 device, dtype, loss_fn=F.cross_entropy):
+        plans = [minibatch_plan(len(d), batch_size, epochs, r) for d, r in zip(datas, rngs)]
+        self.steps = [len(plan) for plan in plans]
+        C, S, bs = len(datas), max(self.steps), int(batch_size)
+        self.n_steps = S
+        offsets = np.cumsum([0] + [len(d) for d in datas[:-1]])
+        rows = np.zeros((S, C, bs), dtype=np.int64)        # into the clients' rows concatenated
+        mask = np.zeros((S, C, bs), dtype=np.float32)      # 1 for a minibatch row, 0 for padding
+        for c, plan in enumerate(plans):
+            ok = plan >= 0
+            rows[:len(plan), c] = np.where(ok, plan, 0) + offsets[c]
+            mask[:len(plan), c] = ok
+            mask[len(plan):, c] = 1.0                      # after its last step: computed, never applied
+        self.x, self.y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
+        self.rows = torch.from_numpy(rows).to(device)
+        self.mask = torch.from_numpy(mask).to(device=device, dtype=dtype)
+
+        def loss_one(w, xb, yb, mb):
+            return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
+
+        self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
+        self.total = torch.zeros(C, dtype=torch.float64, device=device)
+        # alive[s, c]: step s is one of client c's (its loss counts); 1.0 × a loss is exact, so no branch
+        self.alive = (torch.arange(S, device=device)[:, None]
+                      < torch.tensor(self.steps, device=device)[None]).to(torch.float64)
+        self._active = list(range(C))
+
+    def active(self, s: int) -> list[int]:
+        """The clients that take step s (every client has steps 0 … steps[c] − 1)."""
+        self._active = [c for c in self._active if s < self.steps[c]]
+        return self._active
+
+    def gradient(self, W: torch.Tensor, s: int) -> torch.Tensor:
+        """The C minibatch-mean gradients of step s at the stacked points W (C, P), one vmapped call; the
+        losses are summed for ``mean_losses``."""
+        rows = self.rows[s]
+        g, loss = self._grad_and_loss(W, self.x[rows], self.y[rows], self.mask[s])
+        self.total += loss.detach().double() * self.alive[s]
+        return g
+
+    def mean_losses(self) -> list[float]:
+        return (self.total.cpu() / torch.tensor(self.steps, dtype=torch.float64)).tolist()
+
+
 def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.random.Generator], *,
                         epochs: int, batch_size: int, lr: float, states: list[Tensors] | None = None,
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -193,41 +244,18 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
     C separate ones do (benchmarks/roofline.md)."""
     C, dev, dtype = len(datas), w_start.device, w_start.dtype
-    plans = [minibatch_plan(len(d), batch_size, epochs, r) for d, r in zip(datas, rngs)]
-    steps = [len(plan) for plan in plans]
-    S, bs = max(steps), int(batch_size)
-    offsets = np.cumsum([0] + [len(d) for d in datas[:-1]])
-    rows = np.zeros((S, C, bs), dtype=np.int64)        # into the clients' rows concatenated
-    mask = np.zeros((S, C, bs), dtype=np.float32)      # 1 for a minibatch row, 0 for padding
-    for c, plan in enumerate(plans):
-        ok = plan >= 0
-        rows[:len(plan), c] = np.where(ok, plan, 0) + offsets[c]
-        mask[:len(plan), c] = ok
-        mask[len(plan):, c] = 1.0                      # after its last step: computed, never applied
-    x, y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
-    rows_t, mask_t = torch.from_numpy(rows).to(dev), torch.from_numpy(mask).to(device=dev, dtype=dtype)
-
+    plan = StackedPlan(fm, datas, rngs, batch_size=batch_size, epochs=epochs, device=dev, dtype=dtype, loss_fn=loss_fn)
     W = w_start.detach().unsqueeze(0).repeat(C, 1)
     m, v = torch.zeros_like(W), torch.zeros_like(W)
     t = torch.zeros(C, dtype=torch.float32, device=dev)
     for c, st in enumerate(states or []):
         if "opt/m" in st:
             m[c], v[c], t[c] = st["opt/m"], st["opt/v"], st["opt/t"]
-
-    def loss_one(w, xb, yb, mb):
-        return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
-
-    grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
-    total = torch.zeros(C, dtype=torch.float64, device=dev)
-    # alive[s, c]: step s is one of client c's (its loss counts); 1.0 × a loss is exact, so no branch
-    alive = (torch.arange(S, device=dev)[:, None] < torch.tensor(steps, device=dev)[None]).to(torch.float64)
-    active = list(range(C))
-    for s in range(S):
-        active = [c for c in active if s < steps[c]]
-        g, loss = grad_and_loss(W, x[rows_t[s]], y[rows_t[s]], mask_t[s])
+    for s in range(plan.n_steps):
+        active = plan.active(s)
+        g = plan.gradient(W, s)
         if extra_grad is not None:
             g.add_(extra_grad(W))
-        total += loss.double() * alive[s]
         t_act = [t[c] for c in active]
         torch._foreach_add_(t_act, 1.0)
         torch._fused_adam_([W[c] for c in active], [g[c] for c in active], [m[c] for c in active],
@@ -236,8 +264,7 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                            found_inf=None)
     for c, st in enumerate(states or []):
         st.update({"opt/m": m[c].clone(), "opt/v": v[c].clone(), "opt/t": t[c].clone()})
-    mean = (total.cpu() / torch.tensor(steps, dtype=torch.float64)).tolist()
-    return W, mean, steps
+    return W, plan.mean_losses(), plan.steps
 
 
 def train_local(fm, opt: LocalOptimizer, data, rng: np.random.Generator, *, epochs: int, batch_size: int,

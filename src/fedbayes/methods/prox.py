@@ -17,7 +17,7 @@ class FedProx(FedAvg):
         res = self.local_train(w_g, data, rng, extra_grad=lambda w: alpha * prox_grad(w, w_g, self.hp), state=state)
         return {"w": res.w}, state, res.mean_loss
 
-    def client_updates(self, ks, down, states, datas, rngs, rnd):
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
         # the squared term's gradient α (W − w_g) is elementwise, so the same on the stacked clients; the
         # unsquared one has a norm per client: one by one
         if type(self).client_update is not FedProx.client_update or self.p.prox_norm != "squared":

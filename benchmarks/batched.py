@@ -1,0 +1,175 @@
+"""Clients trained together (``batch_clients: true``) against one by one (``false``), per protocol, in one
+process on one device: seconds per round of training, peak memory, one evaluation's seconds, and how far
+the two runs' numbers are apart after the same rounds (the batched loop's iterates are the sequential
+ones up to float round-off: tests/test_batched.py).
+
+The protocols are the roofline's (benchmarks/roofline.py: every method family of the tables at its paper
+configuration and selected point, seed 0). A method without a batched form trains one by one under both
+settings (its row says "sequential only"). Each protocol runs ``--warmup`` + ``--rounds`` rounds per
+setting, the two settings taking turns, and the means are over the rounds after the warm-up (kernel
+loading, torch.compile). Sampled predictives are cut to ``--eval-samples`` networks and their time
+scaled to the configured number, as the roofline does.
+
+    python benchmarks/batched.py                                   # this machine's default device, 1 thread
+    python benchmarks/batched.py --device cuda --json benchmarks/batched_gpu.json --md benchmarks/batched_gpu.md
+    python benchmarks/batched.py --protocols bayesadmm fedivon --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from roofline import PROTOCOLS, make_data, pick_point  # noqa: E402
+
+
+def run_once(cfg: dict, data, device, batch: bool) -> dict:
+    from fedbayes.engine import run_federated
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        hist = run_federated(cfg, data, tmp, device, log=lambda m: None, batch_clients=batch)
+        post = torch.load(Path(tmp) / "posterior.pt", map_location="cpu")
+        run = json.loads((Path(tmp) / "run.json").read_text())
+    wall = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
+    return {"hist": hist, "post": post, "wall": wall, "peak_mib": peak, "batched_rounds": run.get("batched_rounds", 0)}
+
+
+def max_difference(a: dict, b: dict) -> float:
+    """The largest difference over the final server states' floating tensors (weights, precisions …),
+    each relative to that tensor's largest magnitude (BayesADMM's precisions are ~1e7)."""
+    out = 0.0
+    for k, v in a.items():
+        if torch.is_tensor(v) and v.is_floating_point() and k in b:
+            scale = max(float(v.double().abs().max()), 1e-30)
+            out = max(out, float((v.double() - b[k].double()).abs().max()) / scale)
+    return out
+
+
+def measure(p: dict, name: str, experiment: str, method: str, changes: dict, args, device) -> dict:
+    from fedbayes.config import run_config
+
+    point = pick_point(p, experiment, method)
+    cfg = run_config(p, experiment, method, 0, point)
+    hp = cfg["hparams"]
+    hp.update(changes)
+    rounds = args.warmup + args.rounds
+    cfg["rounds"], cfg["save_rounds"] = rounds, [rounds]
+    full_samples = int(hp.get("pred_samples", 0) or 0)
+    if full_samples:
+        hp["pred_samples"] = min(full_samples, args.eval_samples)
+    data = make_data(p, experiment, cfg, device)
+    res = {True: run_once(copy.deepcopy(cfg), data, device, True)}
+    # a method without a batched form ran one by one already: that run is the sequential one
+    res[False] = run_once(copy.deepcopy(cfg), data, device, False) if res[True]["batched_rounds"] else res[True]
+    measured = lambda r: [h for h in r["hist"] if h["round"] > args.warmup]  # noqa: E731
+    per = {b: float(np.mean([h["time_s"] for h in measured(r)])) for b, r in res.items()}
+    evals = {b: [h["eval_s"] for h in measured(r) if "eval_s" in h] for b, r in res.items()}
+    last = {b: r["hist"][-1] for b, r in res.items()}
+    batched = res[True]["batched_rounds"] > 0
+    return {
+        "benchmark": "batched", "protocol": name, "experiment": experiment, "method": method, "point": point,
+        "device": str(device), "device_name": torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
+        "threads": torch.get_num_threads(), "clients_per_round": int(last[False]["clients"]),
+        "rounds_measured": args.rounds, "warmup_rounds": args.warmup, "batches": batched,
+        "sequential_s_per_round": round(per[False], 4), "batched_s_per_round": round(per[True], 4) if batched else None,
+        "speedup": round(per[False] / per[True], 2) if batched else None,
+        "sequential_peak_mib": res[False]["peak_mib"], "batched_peak_mib": res[True]["peak_mib"] if batched else None,
+        "eval_s": round(float(np.mean(evals[False])), 4) if evals[False] else None,
+        "pred_samples": full_samples or None, "pred_samples_run": hp.get("pred_samples") if full_samples else None,
+        "max_rel_difference": max_difference(res[False]["post"], res[True]["post"]) if batched else None,
+        "test_nll": [last[False].get("test/nll"), last[True].get("test/nll")],
+        "test_acc": [last[False].get("test/acc"), last[True].get("test/acc")],
+        "torch": torch.__version__, "time": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def markdown(rows: list[dict]) -> str:
+    dev = rows[0]["device_name"] if rows else "?"
+    lines = [f"# Clients together vs one by one ({dev})", "",
+             "`python benchmarks/batched.py` — seconds per round of training (evaluation excluded), "
+             f"means over {rows[0]['rounds_measured'] if rows else '?'} rounds after {rows[0]['warmup_rounds'] if rows else '?'} "
+             "warm-up, the two settings in one process; peak = the device's allocated memory (GPU only); "
+             "max rel. diff = the largest difference between the two runs' final server tensors, relative to the tensor's largest magnitude.", "",
+             "| protocol | experiment | clients/round | one by one s/round | together s/round | speed-up | peak MiB (one by one / together) | max rel. diff | test NLL (one by one / together) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        peak = "–" if r["sequential_peak_mib"] is None else \
+            f"{r['sequential_peak_mib']:.0f} / {r['batched_peak_mib']:.0f}" if r["batches"] else f"{r['sequential_peak_mib']:.0f} / –"
+        nll = " / ".join("–" if v is None else f"{v:.4f}" for v in r["test_nll"]) if r["batches"] else \
+            ("–" if r["test_nll"][0] is None else f"{r['test_nll'][0]:.4f}")
+        lines.append(f"| {r['protocol']} | {r['experiment']} | {r['clients_per_round']} | {r['sequential_s_per_round']:.3f} | "
+                     + (f"{r['batched_s_per_round']:.3f} | {r['speedup']:.2f}× | " if r["batches"] else "sequential only | – | ")
+                     + f"{peak} | " + ("–" if r["max_rel_difference"] is None else f"{r['max_rel_difference']:.1e}")
+                     + f" | {nll} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--protocols", nargs="*", help=f"default: all of {[n for n, *_ in PROTOCOLS]}")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--eval-samples", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", default=str(HERE / "batched.json"))
+    ap.add_argument("--md", default=str(HERE / "batched.md"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from fedbayes.config import load_params
+    from fedbayes.engine import pick_device
+
+    p = load_params(args.params, scale="paper")
+    device = pick_device(args.device)
+    wanted = args.protocols or [n for n, *_ in PROTOCOLS]
+    out = Path(args.json)
+    rows = {r["protocol"]: r for r in json.loads(out.read_text())} if out.exists() else {}
+    spec = {n: (e, m, ch) for n, e, m, ch, _ in PROTOCOLS}
+    for name in wanted:                      # in the order given (the most wanted first on a short lease)
+        experiment, method, changes = spec[name]
+        t0 = time.perf_counter()
+        try:
+            rows[name] = measure(p, name, experiment, method, changes, args, device)
+        except Exception as err:  # noqa: BLE001  (one protocol's failure is recorded, the others still run)
+            print(f"{name}: FAILED {type(err).__name__}: {err}", flush=True)
+            continue
+        r = rows[name]
+        print(f"{name:12s} one by one {r['sequential_s_per_round']:.3f} s/round, together "
+              f"{r['batched_s_per_round'] if r['batches'] else '-'} (max |diff| {r['max_rel_difference']}), "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+        ordered = [rows[n] for n, *_ in PROTOCOLS if n in rows]
+        out.write_text(json.dumps(ordered, indent=1) + "\n")
+        if args.md:
+            Path(args.md).write_text(markdown(ordered))
+
+
+if __name__ == "__main__":
+    main()
