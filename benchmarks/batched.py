@@ -13,6 +13,7 @@ scaled to the configured number, as the roofline does.
     python benchmarks/batched.py                                   # this machine's default device, 1 thread
     python benchmarks/batched.py --device cuda --json benchmarks/batched_gpu.json --md benchmarks/batched_gpu.md
     python benchmarks/batched.py --protocols bayesadmm fedivon --rounds 2
+    python benchmarks/batched.py --protocols bayesadmm@fmnist10-iid-k10      # a protocol on another experiment
 """
 
 from __future__ import annotations
@@ -154,7 +155,9 @@ def main():
     rows = {r["protocol"]: r for r in json.loads(out.read_text())} if out.exists() else {}
     spec = {n: (e, m, ch) for n, e, m, ch, _ in PROTOCOLS}
     for name in wanted:                      # in the order given (the most wanted first on a short lease)
-        experiment, method, changes = spec[name]
+        base, _, other = name.partition("@")  # PROTOCOL@EXPERIMENT: the protocol on another experiment
+        experiment, method, changes = spec[base]
+        experiment = other or experiment
         t0 = time.perf_counter()
         try:
             rows[name] = measure(p, name, experiment, method, changes, args, device)
@@ -165,7 +168,8 @@ def main():
         print(f"{name:12s} one by one {r['sequential_s_per_round']:.3f} s/round, together "
               f"{r['batched_s_per_round'] if r['batches'] else '-'} (max |diff| {r['max_rel_difference']}), "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
-        ordered = [rows[n] for n, *_ in PROTOCOLS if n in rows]
+        order = [n for n, *_ in PROTOCOLS]
+        ordered = sorted(rows.values(), key=lambda r: (order.index(r["protocol"].partition("@")[0]), r["protocol"]))
         out.write_text(json.dumps(ordered, indent=1) + "\n")
         if args.md:
             Path(args.md).write_text(markdown(ordered))

@@ -225,9 +225,11 @@ def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[Clien
     """``method.local_train`` without ``extra_loss`` for several clients at once
     (``methods.local.train_local_batched``; ``extra_grad`` of the stacked weights (C, P)): (weights (C, P),
     mean losses), or None where the hyperparameters ask for what the batched loop does not do (SGD, a
-    learning-rate schedule, clipping)."""
+    learning-rate schedule, clipping) or the model draws (dropout) or mixes rows (batch norm)."""
     hp = method.hp
     if method.p.optimizer != "adam" or method.p.lr_schedule != "constant" or method.p.grad_clip:
+        return None
+    if not method.fm.row_wise:   # dropout draws (or batch statistics): no vmapped form with the same numbers
         return None
     W, losses, _ = train_local_batched(method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]),
                                        batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),

@@ -210,15 +210,28 @@ class StackedPlan:
 
     def active(self, s: int) -> list[int]:
         """The clients that take step s (every client has steps 0 … steps[c] − 1)."""
-        self._active = [c for c in self._active if s < self.steps[c]]
+        still = [c for c in self._active if s < self.steps[c]]
+        if len(still) != len(self._active):
+            self._ix = torch.tensor(still, device=self.rows.device)
+        self._active = still
         return self._active
 
     def gradient(self, W: torch.Tensor, s: int) -> torch.Tensor:
-        """The C minibatch-mean gradients of step s at the stacked points W (C, P), one vmapped call; the
-        losses are summed for ``mean_losses``."""
-        rows = self.rows[s]
-        g, loss = self._grad_and_loss(W, self.x[rows], self.y[rows], self.mask[s])
-        self.total += loss.detach().double() * self.alive[s]
+        """The minibatch-mean gradients of step s at the stacked points W (C, P), one vmapped call over the
+        clients that take step s (``active(s)`` first); a client past its last step gets a zero row and
+        costs nothing (Dirichlet clients' step counts differ several-fold). The losses are summed for
+        ``mean_losses``."""
+        rows, mask = self.rows[s], self.mask[s]
+        if len(self._active) == len(self.steps):
+            g, loss = self._grad_and_loss(W, self.x[rows], self.y[rows], mask)
+            self.total += loss.detach().double() * self.alive[s]
+            return g
+        ix = self._ix
+        rows = rows[ix]
+        g_act, loss = self._grad_and_loss(W[ix], self.x[rows], self.y[rows], mask[ix])
+        self.total[ix] += loss.detach().double()
+        g = torch.zeros_like(W)
+        g[ix] = g_act
         return g
 
     def mean_losses(self) -> list[float]:
