@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbayes.methods.base import Method, prox_grad
+from fedbayes.methods.base import LocalProblem, Method, prox_batchable, prox_grad
 
 
 class FedADMM(Method):
@@ -23,12 +23,17 @@ class FedADMM(Method):
         server = {"w": w0.clone(), "z": w0.repeat(self.n_clients, 1)}
         return server, [{"v": torch.zeros_like(w0)} for _ in range(self.n_clients)]
 
-    def client_update(self, k, down, state, data, rng, rnd):
-        w_g, v, alpha = down["w"], state["v"], float(self.hp["alpha"])
-        # ∇ [vᵀw + (α/2)‖w − w_g‖²] = v + α (w − w_g)
-        res = self.local_train(w_g, data, rng, extra_grad=lambda w: v + alpha * prox_grad(w, w_g, self.hp), state=state)
-        v_new = v + alpha * (res.w - w_g)
-        return {"w": res.w, "v": v_new}, {**state, "v": v_new}, res.mean_loss
+    def local_problem(self, k, down, state, data, rnd):
+        w_g, hp = down["w"], self.hp
+
+        def grad(w, v, alpha, w_g):  # ∇ [vᵀw + (α/2)‖w − w_g‖²] = v + α (w − w_g)
+            return v + alpha * prox_grad(w, w_g, hp)
+
+        return LocalProblem(w_g, grad, (state["v"], float(hp["alpha"]), w_g), batchable=prox_batchable(hp))
+
+    def local_result(self, k, problem, w, down, state, data, rnd, loss):
+        v_new = state["v"] + float(self.hp["alpha"]) * (w - down["w"])
+        return {"w": w, "v": v_new}, {**state, "v": v_new}, loss
 
     def server_update(self, server, messages, rnd):
         z = server["z"].clone()
@@ -45,14 +50,17 @@ class FedDyn(Method):
         return {"w": w0.clone(), "lam_sum": torch.zeros_like(w0), "w_avg": w0.clone()}, \
             [{"lam": torch.zeros_like(w0)} for _ in range(self.n_clients)]
 
-    def client_update(self, k, down, state, data, rng, rnd):
-        w_g, lam, a, wd = down["w"], state["lam"], self.alpha_k(k), float(self.p.weight_decay)
+    def local_problem(self, k, down, state, data, rnd):
+        w_g, hp = down["w"], self.hp
 
-        def extra_grad(w):  # ∇ [a λᵀw + (a/2)‖w − w_g‖² + (wd/2)‖w‖²]
-            return a * lam + a * prox_grad(w, w_g, self.hp) + wd * w
+        def grad(w, a, lam, w_g, wd):  # ∇ [a λᵀw + (a/2)‖w − w_g‖² + (wd/2)‖w‖²]
+            return a * lam + a * prox_grad(w, w_g, hp) + wd * w
 
-        res = self.local_train(w_g, data, rng, extra_grad=extra_grad, state=state)
-        return {"w": res.w}, {**state, "lam": lam + (res.w - w_g)}, res.mean_loss
+        return LocalProblem(w_g, grad, (self.alpha_k(k), state["lam"], w_g, float(self.p.weight_decay)),
+                            batchable=prox_batchable(hp))
+
+    def local_result(self, k, problem, w, down, state, data, rnd, loss):
+        return {"w": w}, {**state, "lam": state["lam"] + (w - down["w"])}, loss
 
     def server_update(self, server, messages, rnd):
         ws = torch.stack([m["w"] for m in messages.values()])

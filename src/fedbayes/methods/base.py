@@ -51,6 +51,47 @@ class LocalResult:
     steps: int
 
 
+@dataclass
+class LocalProblem:
+    """A client's local problem declared as terms (``Method.local_problem``), so that the engine can train
+    the round's clients one by one or together with the same arithmetic: Adam/SGD from ``start`` on the
+    mean loss plus terms whose gradient ``grad(w, *args)`` is known in closed form and elementwise in w
+    (a proximal pull, a dual, a diagonal quadratic). ``args`` are the client's operands (tensors shaped
+    like w, or Python numbers); one by one the gradient is ``grad(w, *args)``, together it is
+    ``vmap(grad)`` over the clients' stacked weights and operands (numbers become a float column of w's
+    dtype: the value the scalar operation rounds to). ``batchable``: False where ``grad`` branches on the
+    data (``prox_norm: unsquared``: a norm per client). ``extra``: what ``local_result`` needs."""
+    start: torch.Tensor
+    grad: Callable[..., torch.Tensor] | None = None
+    args: tuple = ()
+    batchable: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def extra_grad(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        if self.grad is None:
+            return None
+        grad, args = self.grad, self.args
+        return lambda w: grad(w, *args)
+
+
+def stacked_extra_grad(problems: list[LocalProblem], like: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``grad`` of the clients' problems on their stacked weights W (C, P): one vmapped call."""
+    if problems[0].grad is None:
+        return None
+    cols, dims = [], [0]
+    for i in range(len(problems[0].args)):
+        vals = [p.args[i] for p in problems]
+        if torch.is_tensor(vals[0]) and all(v is vals[0] for v in vals):   # one tensor for every client
+            cols.append(vals[0])
+            dims.append(None)
+        else:
+            cols.append(torch.stack(vals) if torch.is_tensor(vals[0])
+                        else torch.tensor([float(v) for v in vals], dtype=like.dtype, device=like.device))
+            dims.append(0)
+    fn = torch.func.vmap(problems[0].grad, in_dims=tuple(dims))
+    return lambda W: fn(W, *cols)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What the engine tells a method about its run, at construction (``build_method``)."""
@@ -152,7 +193,23 @@ class Method:
 
     def client_update(self, k: int, down: Tensors, state: Tensors, data: ClientData,
                       rng: np.random.Generator, rnd: int) -> tuple[Tensors, Tensors, float]:
-        """Returns (message up, new client state, mean local training loss)."""
+        """Returns (message up, new client state, mean local training loss). The default solves the
+        client's declared ``local_problem`` with ``local_train`` and hands the weights to ``local_result``."""
+        problem = self.local_problem(k, down, state, data, rnd)
+        if problem is None:
+            raise NotImplementedError(f"{type(self).__name__} defines neither client_update nor local_problem")
+        res = self.local_train(problem.start, data, rng, extra_grad=problem.extra_grad(), state=state)
+        return self.local_result(k, problem, res.w, down, state, data, rnd, res.mean_loss)
+
+    def local_problem(self, k: int, down: Tensors, state: Tensors, data: ClientData, rnd: int) -> LocalProblem | None:
+        """Client k's local problem as declared terms (``LocalProblem``), or None where the method writes
+        its own ``client_update``. A method that declares it trains one by one or together (on a GPU)
+        with no loop of its own."""
+        return None
+
+    def local_result(self, k: int, problem: LocalProblem, w: torch.Tensor, down: Tensors, state: Tensors,
+                     data: ClientData, rnd: int, loss: float) -> tuple[Tensors, Tensors, float]:
+        """(message up, new client state, loss) from the client's trained weights ``w``."""
         raise NotImplementedError
 
     def client_updates(self, ks: list[int], down: Tensors, states: list[Tensors], datas: list[ClientData],
@@ -162,8 +219,21 @@ class Method:
         ``client_update`` returns, up to float round-off; or None where this method trains its clients
         one by one (the default: the engine then calls ``client_update`` for each). Torch's global
         generator is not reseeded per client here: ``generators[i]`` is client ``ks[i]``'s own, seeded as
-        the global one is before its ``client_update`` (the same draws), for a method that samples (IVON)."""
-        return None
+        the global one is before its ``client_update`` (the same draws), for a method that samples (IVON).
+        The default trains a declared ``local_problem`` together (``local_train_batched``) where every
+        client starts from the same weights and the terms have a batched form."""
+        if type(self).client_update is not Method.client_update:
+            return None
+        problems = [self.local_problem(k, down, st, d, rnd) for k, st, d in zip(ks, states, datas)]
+        if any(p is None or not p.batchable or p.start is not problems[0].start for p in problems):
+            return None
+        res = local_train_batched(self, problems[0].start, datas, rngs, states,
+                                  stacked_extra_grad(problems, problems[0].start))
+        if res is None:
+            return None
+        W, losses = res
+        return [self.local_result(k, p, W[c], down, st, d, rnd, losses[c])
+                for c, (k, p, st, d) in enumerate(zip(ks, problems, states, datas))]
 
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
         raise NotImplementedError
@@ -236,6 +306,12 @@ def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[Clien
                                        states=states if client_optimizer(hp) == "persistent" else None,
                                        extra_grad=extra_grad)
     return W, losses
+
+
+def prox_batchable(hp: dict) -> bool:
+    """Has ``prox_grad`` a batched (vmapped) form? The squared term's gradient is elementwise; the
+    unsquared one branches on each client's norm."""
+    return hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"]) == "squared"
 
 
 def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:

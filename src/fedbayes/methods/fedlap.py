@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbayes.methods.base import Method, prox_grad
+from fedbayes.methods.base import LocalProblem, Method, prox_batchable, prox_grad
 from fedbayes.methods.curvature import diag_ggn
 
 
@@ -38,16 +38,19 @@ class FedLap(Method):
             return down["w0"], torch.zeros_like(down["w0"])
         return down["w"], down["w"]
 
-    def client_update(self, k, down, state, data, rng, rnd):
+    def local_problem(self, k, down, state, data, rnd):
         start, w_g = self.start_and_center(down)
-        v, delta, n_k = state["v"], float(self.hp["delta"]), len(data)
+        hp = self.hp
 
-        def extra_grad(w):  # ∇ (δ/N_k) [vᵀw + ½‖w − w_g‖²]
-            return (delta / n_k) * (v + prox_grad(w, w_g, self.hp))
+        def grad(w, coef, v, w_g):  # ∇ (δ/N_k) [vᵀw + ½‖w − w_g‖²]
+            return coef * (v + prox_grad(w, w_g, hp))
 
-        res = self.local_train(start, data, rng, extra_grad=extra_grad, state=state)
-        v_new = v + self.rho(k, rnd) * (res.w - w_g)
-        return {"v": v_new}, {**state, "v": v_new}, res.mean_loss
+        return LocalProblem(start, grad, (float(hp["delta"]) / len(data), state["v"], w_g),
+                            batchable=prox_batchable(hp), extra={"w_g": w_g})
+
+    def local_result(self, k, problem, w, down, state, data, rnd, loss):
+        v_new = state["v"] + self.rho(k, rnd) * (w - problem.extra["w_g"])
+        return {"v": v_new}, {**state, "v": v_new}, loss
 
     def server_update(self, server, messages, rnd):
         v = server["v"].clone()
@@ -69,23 +72,25 @@ class FedLapCov(Method):
             return {"w0": server["w0"]}
         return {"w": server["w"], "S": server["S"]}
 
-    def client_update(self, k, down, state, data, rng, rnd):
+    def local_problem(self, k, down, state, data, rnd):
         if "w0" in down:
             start, w_g, S_g = down["w0"], torch.zeros_like(down["w0"]), torch.full_like(down["w0"], float(self.hp["delta"]))
         else:
             start, w_g, S_g = down["w"], down["w"], down["S"]
-        v, V, n_k = state["v"], state["V"], len(data)
 
-        def extra_grad(w):  # ∇ [vᵀw − ½ wᵀ diag(V) w + ½ (w − w_g)ᵀ diag(S_g) (w − w_g)] / N_k
+        def grad(w, v, V, S_g, w_g, n_k):  # ∇ [vᵀw − ½ wᵀ diag(V) w + ½ (w − w_g)ᵀ diag(S_g) (w − w_g)] / N_k
             return (v - V * w + S_g * (w - w_g)) / n_k
 
-        res = self.local_train(start, data, rng, extra_grad=extra_grad, state=state)
-        H = diag_ggn(self.fm, res.w, data.x).clamp_min(0.0)
+        return LocalProblem(start, grad, (state["v"], state["V"], S_g, w_g, len(data)), extra={"w_g": w_g, "S_g": S_g})
+
+    def local_result(self, k, problem, w, down, state, data, rnd, loss):
+        w_g, S_g, v, V = problem.extra["w_g"], problem.extra["S_g"], state["v"], state["V"]
+        H = diag_ggn(self.fm, w, data.x).clamp_min(0.0)
         rho = self.rho(k, rnd)
         S_k = H - V + S_g
-        v_new = v + rho * (S_k * res.w - S_g * w_g)
+        v_new = v + rho * (S_k * w - S_g * w_g)
         V_new = (1 - rho) * V + rho * H
-        return {"v": v_new, "V": V_new}, {**state, "v": v_new, "V": V_new}, res.mean_loss
+        return {"v": v_new, "V": V_new}, {**state, "v": v_new, "V": V_new}, loss
 
     def server_update(self, server, messages, rnd):
         v, V = server["v"].clone(), server["V"].clone()

@@ -235,7 +235,7 @@ class StackedPlan:
         return g
 
     def mean_losses(self) -> list[float]:
-        return (self.total.cpu() / torch.tensor(self.steps, dtype=torch.float64)).tolist()
+        return (self.total.cpu() / torch.tensor(self.steps, dtype=torch.float64, device="cpu")).tolist()
 
 
 def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.random.Generator], *,
