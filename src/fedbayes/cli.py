@@ -30,7 +30,9 @@ def _params(args):
 
 def cmd_validate(args) -> None:
     p = _params(args)
-    from fedbayes.config import experiment_config, seeds
+    from fedbayes.config import check_implementations, experiment_config, seeds
+
+    check_implementations(p)  # an installed method that cannot train, before it is planned
 
     for name in p["experiments"]:
         e = experiment_config(p, name)
