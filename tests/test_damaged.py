@@ -147,11 +147,10 @@ def test_deleted_mlflow_store_is_reimported(synth):
     sh(f"snakemake --cores 1 {TABLE}", synth)
     assert store_runs(synth) == n and planned(synth) == {}
     # the documented rebuild recipe, as written
-    readme = (Path(__file__).parents[1] / "docs" / "results.md").read_text()
-    recipe = "rm -r mlflow.db mlartifacts work/mlflow"
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    recipe = "rm -rf mlflow.db mlartifacts work/mlflow"
     assert recipe in readme
-    shutil.rmtree(synth / "mlartifacts", ignore_errors=True)
-    sh("rm -rf mlflow.db mlartifacts work/mlflow", synth)
+    sh(recipe, synth)
     assert planned(synth).get("mlflow_log") == 2
     sh(f"snakemake --cores 1 {TABLE}", synth)
     assert store_runs(synth) == n and planned(synth) == {}
