@@ -7,7 +7,7 @@
 import yaml
 from snakemake.utils import min_version
 
-from fedbayes.config import as_read, load_params_text, validate
+from fedbayes.config import as_read, check_implementations, load_params_text, validate
 
 min_version("9.0")
 
@@ -29,6 +29,9 @@ report: "workflow/report/workflow.rst"
 # dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
 as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
 validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
+# An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
+# not in each of its training jobs (it imports torch; the jobs' own validation does not).
+check_implementations(config)
 
 
 include: "workflow/rules/common.smk"

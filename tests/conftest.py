@@ -15,7 +15,8 @@ torch.set_num_threads(1)
 # Files whose tests run the real DAG for minutes and depend on each other (module-scoped work
 # directories): collected first, so that `pytest -n auto --dist loadfile` (make test) starts them on
 # their own workers at once instead of after every quick file; the order within a file is kept.
-SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test_scaleout.py", "test_damaged.py", "test_faults.py")
+SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test_scaleout.py", "test_damaged.py", "test_faults.py",
+              "test_recovery.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -78,3 +82,38 @@ def sh(cmd: str, cwd: Path, timeout: float = 3600, check: bool = True, **extra_e
 
 def mtimes(root: Path, pattern: str) -> dict:
     return {str(f.relative_to(root)): f.stat().st_mtime_ns for f in sorted(root.glob(pattern))}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def mlflow_server(where: Path):
+    """An ``mlflow server`` on a free loopback port, its SQLite store and artifacts under ``where``: its URL."""
+    where.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = open(where / "mlflow-server.log", "w")
+    proc = subprocess.Popen(
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{where / 'server.db'}",
+         "--artifacts-destination", str(where / "server-artifacts")],
+        stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                if urllib.request.urlopen(f"{url}/health", timeout=2).read().strip() == b"OK":
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, (where / "mlflow-server.log").read_text()[-3000:]
+            assert time.monotonic() - t0 < 120, "mlflow server did not answer /health in 120 s"
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

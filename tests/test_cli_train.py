@@ -323,3 +323,38 @@ def test_a_dirichlet_split_that_cannot_give_every_client_data_is_one_line(setup,
     assert code == 2 and err.startswith("fedbayes train: error: experiments.synth-a.partition (seed 0): dirichlet: "
                                         "could not draw a partition"), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["archive", "figure"])
+def test_a_full_disk_while_writing_a_partition_leaves_no_file_and_is_one_line(setup, capsys, monkeypatch, where):
+    """ENOSPC while the partition (or its figure) is written: half the bytes reached the disk, then the
+    write failed. No partial file is left under either name (the figure was written in place), and the
+    command says which file in one line (it said "No space left on device", naming none), exit 2."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    d, p = setup
+    cli.fetch_dataset("synthetic", paths(p)["raw"])
+    out, fig = d / "parts" / "seed0.npz", d / "parts" / "seed0.png"
+
+    def half_then_full(real):
+        def write(target, *a, **k):
+            (target.write(b"PK\x03\x04 half") if hasattr(target, "write") else Path(target).write_bytes(b"half"))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write
+
+    if where == "archive":
+        monkeypatch.setattr(np, "savez_compressed", half_then_full(np.savez_compressed))
+    else:
+        monkeypatch.setattr(Figure, "savefig", lambda self, target, *a, **k: half_then_full(None)(target))
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["partition", "--params", str(d / "params.yaml"), "--experiment", "synth-a", "--seed", "0",
+                  "--out", str(out), "--figure", str(fig)])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    named = out if where == "archive" else fig
+    assert ex.value.code == 2 and len(lines) == 1 and "no space left" in lines[0].lower(), err
+    assert str(named) in lines[0] and "Traceback" not in err, err
+    left = sorted(f.name for f in out.parent.iterdir() if not f.name.endswith(".lock")) if out.parent.exists() else []
+    assert left == ([] if where == "archive" else ["seed0.npz"]), left

@@ -66,6 +66,14 @@ DAMAGE = {
     "metrics.json of another run": (f"{RUN}/metrics.json",
                                     lambda f: f.write_text(f.read_text().replace('"config_hash": "', '"config_hash": "0')),
                                     "evaluate"),
+    # values, not bytes (issue 35, item 3): a wrong type, and files that parse but are another run's
+    "metrics.json a string for a number": (f"{RUN}/metrics.json", lambda f: f.write_text(json.dumps(
+        {**json.loads(f.read_text()), "final": {k: str(v) for k, v in json.loads(f.read_text())["final"].items()}})),
+        "evaluate"),
+    "history.csv of another seed": (f"{RUN}/history.csv",
+                                    lambda f: f.write_bytes((f.parent.parent / "seed1" / f.name).read_bytes()), "train"),
+    "run.json of another seed": (f"{RUN}/run.json",
+                                 lambda f: f.write_bytes((f.parent.parent / "seed1" / f.name).read_bytes()), "train"),
 }
 
 
@@ -139,11 +147,10 @@ def test_deleted_mlflow_store_is_reimported(synth):
     sh(f"snakemake --cores 1 {TABLE}", synth)
     assert store_runs(synth) == n and planned(synth) == {}
     # the documented rebuild recipe, as written
-    readme = (Path(__file__).parents[1] / "docs" / "results.md").read_text()
-    recipe = "rm -r mlflow.db mlartifacts work/mlflow"
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    recipe = "rm -rf mlflow.db mlartifacts work/mlflow"
     assert recipe in readme
-    shutil.rmtree(synth / "mlartifacts", ignore_errors=True)
-    sh("rm -rf mlflow.db mlartifacts work/mlflow", synth)
+    sh(recipe, synth)
     assert planned(synth).get("mlflow_log") == 2
     sh(f"snakemake --cores 1 {TABLE}", synth)
     assert store_runs(synth) == n and planned(synth) == {}
@@ -249,3 +256,88 @@ def test_evaluating_a_run_still_training_says_so(tmp_path, capsys):
             cli.main(["evaluate", str(d)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "is still training" in err and "retrain" not in err, err
+
+
+# --- values, not only bytes: types, and sibling files that agree (issue 35, item 3) ------------------
+
+RUN_CFG = {"experiment": "e", "method": "fedavg", "seed": 0, "rounds": 3}
+METRICS = {"experiment": "e", "method": "fedavg", "seed": 0, "config_hash": "abc", "final_round": 3, "rounds": {},
+           "final": {}}
+
+
+@pytest.mark.parametrize("name, content, key", [
+    ("run.json", {"config": {**RUN_CFG, "seed": "0"}}, "config.seed"),
+    ("run.json", {"config": {**RUN_CFG, "rounds": 3.5}}, "config.rounds"),
+    ("run.json", {"config": {**RUN_CFG, "method": ["fedavg"]}}, "config.method"),
+    ("run.json", {"config": {**RUN_CFG, "point": 5}}, "config.point"),
+    ("run.json", {"config_hash": 12}, "config_hash"),
+    ("run.json", {"wall_s": "12.5"}, "wall_s"),
+    ("run.json", {"diverged": {"round": "2", "reason": "nan"}}, "diverged.round"),
+    ("run.json", {"diverged": [2]}, "diverged"),
+    ("run.json", {"code": "abc"}, "code"),
+    ("run.json", {"device": 0}, "device"),
+    ("metrics.json", {"final": {"test/acc": "0.9"}}, "final.test/acc"),
+    ("metrics.json", {"final": [0.9]}, "final"),
+    ("metrics.json", {"final_round": "3"}, "final_round"),
+    ("metrics.json", {"rounds": {"3": [0.9]}}, "rounds.3"),
+    ("metrics.json", {"rounds": {"3": {"test/nll": True}}}, "rounds.3.test/nll"),
+    ("metrics.json", {"variants": {"mean": {"final": {"test/acc": "x"}, "rounds": {}}}}, "variants.mean.final.test/acc"),
+    ("metrics.json", {"variants": ["mean"]}, "variants"),
+    ("metrics.json", {"reliability": "none"}, "reliability"),
+])
+def test_a_value_of_the_wrong_type_is_named_with_its_key(tmp_path, name, content, key):
+    """A string where a number is expected, a list where an object is: run.json and metrics.json parsed, and
+    the value went on to be imported (float("0.9") is 0.9), tabulated or to crash later with a traceback that
+    named no file. Now DamagedFile naming the file and the dotted key."""
+    d = write_run(tmp_path / "run")
+    if name == "run.json":
+        info = json.loads((d / name).read_text())
+        (d / name).write_text(json.dumps({**info, **content}))
+    else:
+        (d / name).write_text(json.dumps({**METRICS, **content}))
+    with pytest.raises(DamagedFile) as e:
+        read_metrics(d) if name == "metrics.json" else read_run_info(d)
+    assert e.value.path == d / name and f"'{key}'" in e.value.why, str(e.value)
+
+
+def test_sibling_files_that_disagree_are_named_with_both(tmp_path):
+    """One seed's history.csv copied over another's parsed, had every round, and was imported and
+    tabulated as that seed's. A run's files agree now: run.json records the run its folder names
+    (<experiment>/<method>/<point>/seed<seed>), history.csv's last wall_s is the one run.json records
+    (training writes both from the same number), and so is metrics.json's (evaluation copies it); a
+    disagreement is a DamagedFile naming both files."""
+    runs = tmp_path / "runs" / "e" / "fedavg" / "default"
+    for seed, wall in ((0, 7.25), (1, 9.5)):
+        d = write_run(runs / f"seed{seed}", wall_s=wall)
+        info = json.loads((d / "run.json").read_text())
+        info["config"] |= {"seed": seed, "point": "default"}
+        (d / "run.json").write_text(json.dumps(info))
+        (d / "history.csv").write_text("round,test/acc,wall_s\n" + "".join(f"{r},0.{r}{seed},{wall * r / 3}\n"
+                                                                          for r in range(4)))
+        (d / "metrics.json").write_text(json.dumps({**METRICS, "seed": seed, "wall_s": wall}))
+    s0, s1 = runs / "seed0", runs / "seed1"
+    for d in (s0, s1):   # as written: they agree
+        read_history_rows(d)
+        read_metrics(d)
+    shutil.copy(s1 / "history.csv", s0 / "history.csv")   # seed 1's history over seed 0's
+    with pytest.raises(DamagedFile, match="wall_s") as e:
+        read_history_rows(s0)
+    assert e.value.path == s0 / "history.csv" and str(s0 / "run.json") in str(e.value) and "retrain" in str(e.value)
+    shutil.copy(s1 / "run.json", s0 / "run.json")         # … and its run.json: the folder says seed 0
+    with pytest.raises(DamagedFile, match="seed1") as e:
+        read_run_info(s0)
+    assert e.value.path == s0 / "run.json" and str(s0) in e.value.why
+    shutil.copytree(s1, s0, dirs_exist_ok=True)           # the whole run: still not seed 0's
+    with pytest.raises(DamagedFile, match="lies in"):
+        read_metrics(s0)
+    for f in ("run.json", "history.csv", "metrics.json"):
+        shutil.copy(s1 / f, tmp_path / f)
+    write_run(s0, wall_s=7.25)                             # a metrics.json of an earlier training of the run
+    info = json.loads((s0 / "run.json").read_text())
+    info["config"] |= {"seed": 0, "point": "default"}
+    (s0 / "run.json").write_text(json.dumps(info))
+    (s0 / "metrics.json").write_text(json.dumps({**METRICS, "wall_s": 3.0}))
+    with pytest.raises(DamagedFile, match="wall_s") as e:
+        read_metrics(s0)
+    assert e.value.path == s0 / "metrics.json" and str(s0 / "run.json") in str(e.value)
+    assert "fedbayes evaluate" in str(e.value)

@@ -227,5 +227,7 @@ def test_ten_concurrent_writers_on_the_sqlite_mlflow_store(synth, tmp_path):
     for _, _, rid in runs:  # every run complete: the full per-round series and the imported files
         steps = con.execute("select count(*) from metrics where run_uuid = ? and key = 'test/acc'", (rid,)).fetchone()
         assert steps[0] == n_rounds
-    # each marker line: "<MLflow run id> <point> seed<seed>"
-    assert {(tmp_path / f"marker{i}").read_text().split()[0] for i in range(10)} == {rid for _, _, rid in runs}
+    # each marker: "store <uri>", then "<MLflow run id> <point> seed<seed> <experiment id> <run key> <content hash>"
+    markers = [(tmp_path / f"marker{i}").read_text().splitlines() for i in range(10)]
+    assert all(m[0] == f"store {uri}" for m in markers)
+    assert {m[1].split()[0] for m in markers} == {rid for _, _, rid in runs}

@@ -168,3 +168,47 @@ def test_smoke_dag_runs_an_outside_method_into_a_table_beside_fedavg(tmp_path, r
     (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     plan = sh("snakemake -n reports/smoke/example.csv", work)
     assert not re.search(r"^train\s", plan, re.M), plan
+
+
+def test_a_method_whose_implementation_cannot_be_imported_is_refused_at_validation(tmp_path, repo):
+    """An installed method whose spec loads but whose implementation does not import (a dependency it
+    lacks) validated, and its training jobs failed one by one, each with a traceback, after the DAG had
+    started. `fedbayes validate` and the validation the Snakefile runs before building the DAG refuse it,
+    naming the method, its implementation and the import error; a configuration without it is not
+    concerned (and validation without a plug-in named still imports no torch)."""
+    pkg = tmp_path / "pkg" / "broken_impl"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from fedbayes.methods.builtin import FedAvgParams\n"
+        "from fedbayes.methods.spec import MethodSpec\n"
+        "SPEC = MethodSpec(key='fedavg_broken', implementation='broken_impl.algorithm:Algo', params=FedAvgParams)\n")
+    (pkg / "algorithm.py").write_text("import no_such_dependency  # not installed\n")
+    info = tmp_path / "site" / "broken_impl-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-impl\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg_broken = broken_impl:SPEC\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(tmp_path / "pkg"), str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))}
+    p = read_params(repo)
+    e = p["experiments"]["fmnist10-iid-k10"]
+    p["experiments"] = {"fmnist10-iid-k10": {**e, "methods": {"fedavg": e["methods"]["fedavg"], "fedavg_broken": None}}}
+    p["tables"] = {}
+    p.pop("headline")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    why = "'fedavg_broken'"
+    out = subprocess.run([sys.executable, "-m", "fedbayes.cli", "validate", "--params", str(tmp_path / "params.yaml")],
+                         env=env, cwd=repo, capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert why in out.stderr and "broken_impl.algorithm:Algo" in out.stderr, out.stderr
+    assert "No module named 'no_such_dependency'" in out.stderr, out.stderr
+    # the DAG's own validation, before any job: the same refusal
+    work = copy_repo(repo, tmp_path / "repo", lambda q: (q.clear(), q.update(p, scale="smoke")))
+    r = subprocess.run("snakemake -n --cores 1", shell=True, cwd=work, capture_output=True, text=True,
+                       env={**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert r.returncode != 0 and why in r.stderr + r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "No module named 'no_such_dependency'" in r.stderr + r.stdout
+    assert not (work / "work").exists()   # nothing written: no job started
+    # the repository's params.yaml names no such method: valid, and torch is still not imported to say so
+    out = python(f"import sys; from fedbayes.config import load_params; load_params({str(repo / 'params.yaml')!r}); "
+                 "print('torch' in sys.modules)", env, repo)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr

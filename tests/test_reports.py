@@ -50,11 +50,12 @@ def write_run(d, exp, seed, acc, nll):
     not given: not evaluated), run.json with the configuration metrics.json was computed from."""
     d.mkdir(parents=True)
     last = max(acc)
-    m = fake_metrics(exp, "fedavg", seed, acc, nll)
+    method = d.parent.parent.name   # <runs>/<experiment>/<method>/<point>/seed<seed>: the run its folder names
+    m = fake_metrics(exp, method, seed, acc, nll)
     for r in m["rounds"].values():
         r.update({"test/ece": 0.05, "test/brier": 0.3, "ood/auroc_entropy": 0.8})
     (d / "metrics.json").write_text(json.dumps(m))
-    (d / "run.json").write_text(json.dumps({"config": {"experiment": exp, "method": "fedavg", "seed": seed, "rounds": last},
+    (d / "run.json").write_text(json.dumps({"config": {"experiment": exp, "method": method, "seed": seed, "rounds": last},
                                             "config_hash": m["config_hash"]}))
     pd.DataFrame({"round": range(last + 1), "test/acc": [acc.get(r, float("nan")) for r in range(last + 1)],
                   "test/nll": [nll.get(r, float("nan")) for r in range(last + 1)]}).to_csv(d / "history.csv", index=False)

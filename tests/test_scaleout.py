@@ -4,14 +4,9 @@ remote (push, fresh clone, pull, adopt) is in tests/test_integration.py, on the 
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-import urllib.request
-
 import pandas as pd
 import pytest
-from dagutil import BIN, copy_repo, env, require_fmnist, sh
+from dagutil import copy_repo, mlflow_server, require_fmnist, sh
 
 pytestmark = pytest.mark.integration
 
@@ -24,35 +19,10 @@ def narrow_table1(p: dict) -> None:
     p["experiments"][EXP]["methods"] = {"fedavg": p["experiments"][EXP]["methods"]["fedavg"]}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def tracking_server(tmp_path):
-    port = free_port()
-    log = open(tmp_path / "mlflow-server.log", "w")
-    proc = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts")],
-        stdout=log, stderr=subprocess.STDOUT, env=env(), start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).read().strip() == b"OK":
-                break
-        except OSError:
-            pass
-        assert proc.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
-        assert time.monotonic() - t0 < 120, "mlflow server did not answer /health in 120 s"
-        time.sleep(0.5)
-    yield url, tmp_path
-    proc.terminate()
-    proc.wait(timeout=30)
+    with mlflow_server(tmp_path) as url:
+        yield url, tmp_path
 
 
 def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_server):

@@ -71,6 +71,8 @@ import time  # noqa: E402
 from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import shutil  # noqa: E402
+
 import pandas as pd  # noqa: E402
 from dagutil import read_params
 
@@ -238,3 +240,121 @@ def test_experiment_description_leads_to_the_tables_figures_and_scorecard(repo):
         assert path in text, path
     smoke = experiment_description(load_params(repo / "params.yaml", scale="smoke"), "fmnist10-iid-k10")
     assert "reports/smoke/figures/table1_curves.png" in smoke and "reports/smoke/README.md" in smoke
+
+
+# --- issue 35, item 2: a store is checked against what it must hold before it is trusted -------------
+
+def _track(repo, run, uri, marker, cwd, seed=0, extra_env=None):
+    """`fedbayes track` of one run in its own process (as the rule runs it)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(repo / "src"), **(extra_env or {})}
+    cmd = [sys.executable, "-m", "fedbayes.cli", "track", "--params", str(repo / "params.yaml"), "--experiment",
+           "fmnist10-iid-k10", "--method", "fedavg", "--point", "local_epochs=5", "--seed", str(seed),
+           "--run-dir", str(run), "--marker", str(marker)]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def tracking_server(tmp_path):
+    from dagutil import mlflow_server
+
+    with mlflow_server(tmp_path / "server") as url:
+        yield url, tmp_path / "server"
+
+
+def test_an_import_is_trusted_only_where_the_store_holds_it(finished_run, repo, tmp_path, tracking_server):
+    """The import marker stood for runs in whatever store the URI named: pointed at a tracking server that
+    lacks them, nothing was re-imported (a server was never asked). The marker records the store it
+    imported into and each run's key and content hash; it stands only where that store holds a FINISHED
+    run of each key with that content: another URI, a server that lacks the runs, or a run whose files
+    (hence hash) are not the ones imported, make it stale."""
+    from fedbayes.tracking import marker_problems
+
+    url, _ = tracking_server
+    local = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    marker = tmp_path / "work/mlflow/fmnist10-iid-k10/fedavg.runs"
+    r = _track(repo, finished_run, local, marker, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert marker_problems(marker, local) == []
+    switched = marker_problems(marker, url)   # the server holds none of them
+    assert switched and url in switched[0], switched
+    r = _track(repo, finished_run, url, marker, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert marker_problems(marker, url) == []
+    from mlflow.tracking import MlflowClient
+
+    server = MlflowClient(url)   # the run deleted on the server (its store wiped, a user's cleanup): stale
+    exp = server.get_experiment_by_name("fmnist10-iid-k10")
+    for run in server.search_runs([exp.experiment_id]):
+        server.delete_run(run.info.run_id)
+    lost = marker_problems(marker, url)
+    assert lost and "1 of its 1" in lost[0], lost
+    # a store holding the key with other content (imported from other files) is not this import
+    r = _track(repo, finished_run, local, marker, tmp_path)
+    assert r.returncode == 0 and marker_problems(marker, local) == [], r.stderr[-3000:]
+    other = tmp_path / "other"
+    shutil.copytree(finished_run, other)
+    _edit_json(other / "run.json", device="cuda")
+    r = _track(repo, other, local, tmp_path / "other.runs", tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert marker_problems(marker, local) != []
+
+
+BARRIER = """
+import sys, time
+from contextlib import nullcontext
+from pathlib import Path
+import fedbayes.tracking as t
+from mlflow.tracking import MlflowClient
+barrier, me = Path(sys.argv[1]), sys.argv[2]
+t.store_lock = lambda uri: nullcontext()   # a tracking server takes no file lock: importers run side by side
+real = MlflowClient.set_terminated
+def set_terminated(self, run_id, status=None, end_time=None):
+    real(self, run_id, status, end_time)
+    if status == "FINISHED":   # both imports written and FINISHED, then both replace their key's runs
+        (barrier / me).touch()
+        t0 = time.monotonic()
+        while len(list(barrier.iterdir())) < 2 and time.monotonic() - t0 < 120:
+            time.sleep(0.05)
+MlflowClient.set_terminated = set_terminated
+from fedbayes.cli import main
+main(sys.argv[3:])
+"""
+
+
+def test_two_importers_of_one_run_never_delete_each_others_imports(finished_run, repo, tmp_path):
+    """Two importers of the same run into one store (two Snakemake invocations, a store behind a tracking
+    server, which takes no lock) each deleted every other run of the key once theirs was FINISHED: each
+    deleted the other's, and none was left. An import deletes only older imports of its key (an import id
+    orders them), so the newest import stays, and the marker of each stands for it (same key, same content)."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from fedbayes.tracking import marker_problems
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert _track(repo, finished_run, uri, tmp_path / "first.runs", tmp_path).returncode == 0  # an earlier import
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(repo / "src")}
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", BARRIER, str(barrier), name, "track", "--params", str(repo / "params.yaml"),
+         "--experiment", "fmnist10-iid-k10", "--method", "fedavg", "--point", "local_epochs=5", "--seed", "0",
+         "--run-dir", str(finished_run), "--marker", str(tmp_path / f"{name}.runs")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
+    assert sorted(f.name for f in barrier.iterdir()) == ["a", "b"]   # they did overlap
+    runs = _runs(MlflowClient(uri))
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED", [(r.info.run_id, r.info.status) for r in runs]
+    assert marker_problems(tmp_path / "a.runs", uri) == [] and marker_problems(tmp_path / "b.runs", uri) == []
+
+
+def test_a_garbage_store_is_one_line_naming_it_and_the_remedy(finished_run, repo, tmp_path):
+    """A store file of random bytes gave the import job a database traceback (and so blocked the table):
+    now one line naming the file and what to do, exit 2."""
+    (tmp_path / "mlflow.db").write_bytes(os.urandom(8192))
+    r = _track(repo, finished_run, "sqlite:///mlflow.db", tmp_path / "m.runs", tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "mlflow.db" in lines[0] and "not an SQLite database" in lines[0] and "move it aside" in lines[0], lines
+    assert not (tmp_path / "m.runs").exists()

@@ -30,7 +30,9 @@ def _params(args):
 
 def cmd_validate(args) -> None:
     p = _params(args)
-    from fedbayes.config import experiment_config, seeds
+    from fedbayes.config import check_implementations, experiment_config, seeds
+
+    check_implementations(p)  # an installed method that cannot train, before it is planned
 
     for name in p["experiments"]:
         e = experiment_config(p, name)
@@ -428,27 +430,23 @@ def cmd_sweep_report(args) -> None:
 def cmd_track(args) -> None:
     """Import runs into MLflow: one (``--point/--seed/--run-dir``) or every ``--run`` of one (experiment,
     method) in one process, so MLflow's import (seconds) is paid once per method, not once per run."""
-    from fedbayes.tracking import TrackingUnavailable, log_run
+    from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
 
     p = _params(args)
     runs = args.run or [(args.point, args.seed, args.run_dir, args.partition_figure)]
     if any(r[1] is None or r[2] is None for r in runs):
         raise SystemExit("fedbayes track: give --seed and --run-dir, or --run POINT SEED RUN_DIR FIGURE")
-    ids = []
+    imported = []
     for point, seed, run_dir, figure in runs:
         try:
             run_id = log_run(p, args.experiment, args.method, point, int(seed), run_dir,
-                             partition_figure=figure or None, selected=args.selected)
-        except TrackingUnavailable as e:  # one line naming the URI, in seconds (tracking.check_reachable)
+                             partition_figure=figure or None, selected=args.selected, record=imported)
+        except TrackingUnavailable as e:  # one line naming the URI or the store file (tracking.check_reachable, check_store)
             print(f"fedbayes track: error: {e}", file=sys.stderr)
             sys.exit(2)
-        ids.append(f"{run_id} {point} seed{seed}")
         print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{point}/seed{seed})", flush=True)
-    if args.marker:
-        from fedbayes.fileio import write_text_atomic
-
-        Path(args.marker).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.marker, "\n".join(ids) + "\n")
+    if args.marker:   # the store, and what it must hold (tracking.marker_problems checks it before trusting it)
+        write_marker(args.marker, tracking_uri(p), imported)
 
 
 def main(argv=None) -> None:

@@ -386,11 +386,31 @@ def _left_out_methods(params: Any) -> list[str]:
     left_out = plugin_problems()
     if not left_out or not isinstance(params, dict):
         return []
+    return [f"method {m!r}: {left_out[m]}" for m in sorted(_named_methods(params) & set(left_out))]
+
+
+def _named_methods(params: dict) -> set[str]:
+    """Every method params.yaml names (``methods.<m>``, ``experiments.<e>.methods``)."""
     named = set(params.get("methods") or {})
     for e in (params.get("experiments") or {}).values():
         if isinstance(e, dict) and isinstance(e.get("methods"), dict | list):
             named |= set(e["methods"])
-    return [f"method {m!r}: {left_out[m]}" for m in sorted(named & set(left_out))]
+    return named
+
+
+def check_implementations(params: dict) -> None:
+    """Refuse (ConfigError) a params.yaml naming an installed package's method whose implementation cannot
+    be imported (``methods.spec.implementation_problem``), naming the method and the import error, so a
+    missing dependency stops the DAG before its first job instead of failing every training job of the
+    method. Apart from ``validate`` because it imports the implementation, and torch: the DAG runs it
+    once, before it is built, and so does ``fedbayes validate``; the jobs' own validation stays torch-free
+    (a training job imports the implementation anyway)."""
+    from fedbayes.methods.spec import implementation_problem
+
+    problems = [f"method {m!r}: {why}" for m in sorted(_named_methods(params))
+                if (why := implementation_problem(m))]
+    if problems:
+        raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def _unknown_method(m: str, methods: dict) -> str:

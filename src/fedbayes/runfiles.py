@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import re
 from pathlib import Path
 
 
@@ -41,13 +43,72 @@ def _json(path: Path, remedy: str, required: tuple[str, ...]) -> dict:
     return data
 
 
+# The types of what the readers' users take from run.json and metrics.json (key → accepted kinds; a key
+# not listed, or absent, is not checked): a value that parses but has another type ("0.9" for 0.9, a list
+# for an object) was imported (float("0.9") is 0.9), tabulated or crashed later naming no file.
+RUN_TYPES = {"config": ("object",), "config_hash": ("string",), "numerics": ("object",), "code": ("object", None),
+             "wall_s": ("number", None), "started": ("string", None), "finished": ("string", None),
+             "device": ("string",), "device_name": ("string",), "torch": ("string",), "diverged": ("object",)}
+CONFIG_TYPES = {"experiment": ("string",), "method": ("string",), "point": ("string",), "seed": ("integer",),
+                "rounds": ("integer",), "scale": ("string",), "data": ("string",), "partition_hash": ("string",),
+                "hparams": ("object",)}
+CODE_TYPES = {"commit": ("string", None), "dirty": ("boolean", None), "source": ("string", None)}
+DIVERGED_TYPES = {"round": ("integer",), "reason": ("string",)}
+METRICS_TYPES = {"experiment": ("string",), "method": ("string",), "seed": ("integer",), "config_hash": ("string",),
+                 "final_round": ("integer", None), "final": ("object",), "rounds": ("object",),
+                 "variants": ("object",), "reliability": ("array",), "wall_s": ("number", None),
+                 "diverged": ("object",)}
+_KINDS = {"object": dict, "array": list, "string": str, "boolean": bool}
+
+
+def _is(v, kind) -> bool:
+    if kind is None:
+        return v is None
+    if kind in ("integer", "number"):
+        return not isinstance(v, bool) and isinstance(v, int if kind == "integer" else int | float)
+    return isinstance(v, _KINDS[kind])
+
+
+def _typed(path: Path, data: dict, types: dict, remedy: str, where: str = "") -> None:
+    """DamagedFile naming ``path`` and the dotted key of the first value whose type ``types`` does not accept."""
+    for key, kinds in types.items():
+        if key in data and not any(_is(data[key], k) for k in kinds):
+            shown = json.dumps(data[key])
+            want = " or ".join("null" if k is None else f"{'an' if k[0] in 'aeiou' else 'a'} {k}" for k in kinds)
+            raise DamagedFile(path, f"'{where}{key}' holds {shown[:40]}{'…' if len(shown) > 40 else ''}, not {want}",
+                              remedy)
+
+
+def _metric_values(path: Path, table, where: str, remedy: str) -> None:
+    """A metric table of metrics.json (metric → number, or null where it is not defined)."""
+    if not isinstance(table, dict):
+        raise DamagedFile(path, f"'{where}' holds a JSON {type(table).__name__}, not an object", remedy)
+    _typed(path, table, dict.fromkeys(table, ("number", None)), remedy, f"{where}.")
+
+
 def read_run_info(run_dir: str | Path) -> dict:
-    """run.json: the resolved configuration the run trained with and its code identity."""
-    path = Path(run_dir) / "run.json"
+    """run.json: the resolved configuration the run trained with and its code identity, the types of its
+    values checked (``RUN_TYPES``). A run.json in the layout of a run directory
+    (``<experiment>/<method>/<point>/seed<seed>``, what ``config.run_dir`` builds) must record that run:
+    another run's run.json copied into it is another run's."""
+    run_dir = Path(run_dir)
+    path = run_dir / "run.json"
     info = _json(path, RETRAIN, ("config", "config_hash"))
     cfg = info["config"]
     if not isinstance(cfg, dict) or not all(k in cfg for k in ("experiment", "method", "seed", "rounds")):
         raise DamagedFile(path, "its config lacks experiment, method, seed or rounds", RETRAIN)
+    _typed(path, info, RUN_TYPES, RETRAIN)
+    _typed(path, cfg, CONFIG_TYPES, RETRAIN, "config.")
+    _typed(path, info.get("code") or {}, CODE_TYPES, RETRAIN, "code.")
+    _typed(path, info.get("numerics", {}), dict.fromkeys(info.get("numerics", {}), ("integer",)), RETRAIN, "numerics.")
+    _typed(path, info.get("diverged", {}), DIVERGED_TYPES, RETRAIN, "diverged.")
+    if re.fullmatch(r"seed\d+", run_dir.resolve().name) and len(run_dir.resolve().parts) > 4:
+        d = run_dir.resolve()
+        found = (d.parent.parent.parent.name, d.parent.parent.name, d.parent.name, d.name)
+        says = (cfg["experiment"], cfg["method"], cfg.get("point", d.parent.name), f"seed{cfg['seed']}")
+        if found != says:
+            raise DamagedFile(path, f"it records the run {'/'.join(says)}, but lies in {run_dir} "
+                                    f"({'/'.join(found)}): another run's run.json", RETRAIN)
     return info
 
 
@@ -76,6 +137,12 @@ def read_history_rows(run_dir: str | Path, info: dict | None = None) -> list[dic
             if value != "" and not _is_number(value):
                 raise DamagedFile(path, f"line {i + 2}, column {column!r} holds {value[:40]!r}, not a number", RETRAIN)
     last = len(rows) - 1
+    if "wall_s" in info and "wall_s" in rows[0]:   # training writes both from the same number (its last row's)
+        cell = rows[-1]["wall_s"]
+        if not _same_seconds(float(cell) if cell != "" else None, info["wall_s"]):
+            raise DamagedFile(path, f"its last row's wall_s is {cell or 'empty'}, but {run_dir / 'run.json'} records "
+                                    f"{info['wall_s']}: the history of another run (or of another training of this "
+                                    "one)", RETRAIN)
     diverged = info.get("diverged")
     want = int(info["config"]["rounds"])
     if diverged is None and last != want:
@@ -84,6 +151,12 @@ def read_history_rows(run_dir: str | Path, info: dict | None = None) -> list[dic
         raise DamagedFile(path, f"it goes on to round {last} after the run diverged at round {diverged.get('round')}",
                           RETRAIN)
     return rows
+
+
+def _same_seconds(a: float | None, b: float | None) -> bool:
+    """Two records of one run's wall time: equal, up to the last digits a CSV writer may round (pandas
+    writes 15 significant digits); another run's (another seed's, another training's) differs by far more."""
+    return a is None and b is None or a is not None and b is not None and math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9)
 
 
 def _is_number(text: str) -> bool:
@@ -132,13 +205,24 @@ def read_metrics(run_dir: str | Path, info: dict | None = None) -> dict:
     path = run_dir / "metrics.json"
     remedy = REEVALUATE.format(run=run_dir)
     m = _json(path, remedy, ("config_hash", "final_round", "rounds", "final"))
-    if not isinstance(m["rounds"], dict):
-        raise DamagedFile(path, "'rounds' is not an object", remedy)
+    _typed(path, m, METRICS_TYPES, remedy)
+    tables = [("final", m["final"])] + [(f"rounds.{r}", t) for r, t in m["rounds"].items()]
+    for name, variant in m.get("variants", {}).items():
+        if not isinstance(variant, dict):
+            raise DamagedFile(path, f"'variants.{name}' holds a JSON {type(variant).__name__}, not an object", remedy)
+        _typed(path, variant, {"final": ("object",), "rounds": ("object",)}, remedy, f"variants.{name}.")
+        tables += [(f"variants.{name}.final", variant.get("final", {}))]
+        tables += [(f"variants.{name}.rounds.{r}", t) for r, t in variant.get("rounds", {}).items()]
+    for where, table in tables:
+        _metric_values(path, table, where, remedy)
     info = read_run_info(run_dir) if info is None else info
     cfg = info["config"]
     if m["config_hash"] != info["config_hash"] or any(m.get(k) != cfg[k] for k in ("experiment", "method", "seed")):
         raise DamagedFile(path, "it was computed from another run than run.json records "
                                 f"(config hash {m['config_hash']} vs {info['config_hash']})", remedy)
+    if "wall_s" in m and "wall_s" in info and not _same_seconds(m["wall_s"], info["wall_s"]):   # evaluation copies it
+        raise DamagedFile(path, f"its wall_s is {m['wall_s']}, but {run_dir / 'run.json'} records {info['wall_s']}: "
+                                "it was computed from another training of the run", remedy)
     return m
 
 

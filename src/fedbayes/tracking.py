@@ -27,7 +27,17 @@ Re-importing is atomic (issue 21 class 5): a run is identified by its tag ``run_
 written completely and marked FINISHED first, and only then are the earlier runs of that key deleted
 (the previous import, and RUNNING / FAILED leftovers of an import that crashed). A crash at any point
 leaves the previous good import visible; an import that fails while the store still answers marks its
-partial run FAILED.
+partial run FAILED. "Earlier" is by tag ``import_id`` (the import's start in ns, then a random part): an
+import deletes only older imports of its key, never a newer one, so two importers of one run at once (two
+Snakemake invocations; a tracking server, which takes no file lock) leave the newer import instead of
+deleting each other's; the older, finding its run deleted under it, adopts the newer one (same content).
+
+What a run imported holds is tagged ``content_hash`` (its history.csv, metrics.json and run.json), and
+``fedbayes track --marker`` records the store (the URI) and each imported run's key and content hash.
+``marker_problems`` trusts a marker only where that store holds a FINISHED run of each key with that
+content (SQLite read directly, a tracking server asked over its REST API): another URI, a server or
+store that lacks the runs, or runs of other content make the import stale, and the rules re-import.
+A store file that is not a database is one line naming it and the remedy (``StoreDamaged``).
 
 A tracking server (http/https URI) that cannot be reached fails fast: a TCP connect with a
 ``CONNECT_TIMEOUT_S`` limit before anything else, and MLflow's HTTP retries bounded by ``HTTP_ENV``
@@ -37,6 +47,7 @@ A tracking server (http/https URI) that cannot be reached fails fast: a TCP conn
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -44,6 +55,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,36 +81,162 @@ class TrackingUnavailable(RuntimeError):
     """The tracking store named by the URI cannot be reached (one line, names the URI)."""
 
 
+class StoreDamaged(TrackingUnavailable):
+    """The SQLite store file is not a database MLflow can open (one line: the file and the remedy)."""
+
+
 def tracking_uri(p: dict) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or p["paths"]["mlflow_uri"]
 
 
-def marker_problems(marker: str | Path, uri: str) -> list[str]:
-    """Why an import marker (the MLflow run ids ``fedbayes track --marker`` wrote) no longer stands for
-    runs in the store, or [] when it does or cannot be told cheaply. A SQLite store is read directly
-    (no MLflow import): a deleted store, or a marker's run missing from it or not FINISHED, makes the
-    import stale. Other stores (a server, a database) are not probed here."""
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def check_store(uri: str) -> None:
+    """A SQLite store that exists must be a database: random bytes (or a file cut short in its header) made
+    the import a sqlalchemy traceback. StoreDamaged names the file and how to rebuild the store."""
     import sqlite3
 
+    db = _sqlite_path(uri)
+    if db is None or not db.exists() or db.stat().st_size == 0:
+        return
+    try:
+        with open(db, "rb") as f:
+            head = f.read(16)
+        if head != b"SQLite format 3\x00":
+            raise sqlite3.DatabaseError("it does not begin with the SQLite header")
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        if "locked" in str(e).lower():
+            return
+        raise _damaged(db, str(e)) from None
+
+
+def _damaged(db: Path, why: str) -> StoreDamaged:
+    return StoreDamaged(f"the MLflow store {db} is not an SQLite database ({why}); move it aside "
+                        f"(mv {db} {db}.damaged) and run the target again: every run is imported into a new store")
+
+
+def content_hash(run_dir: str | Path) -> str:
+    """What an import of ``run_dir`` holds: a hash of its history.csv, metrics.json and run.json (the
+    files it reads and logs as artifacts)."""
+    h = hashlib.sha256()
+    for name in ("history.csv", "metrics.json", "run.json"):
+        h.update(name.encode() + b"\0" + (Path(run_dir) / name).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+MARKER_STORE = "store "   # the marker's first line: "store <tracking URI>"
+
+
+def write_marker(path: str | Path, uri: str, imported: list[dict]) -> None:
+    """``fedbayes track --marker``: the store, then a line per MLflow run (the method's own, each
+    variant's): "<run id> <point> seed<seed> <experiment id> <run key> <content hash>"."""
+    from fedbayes.fileio import write_text_atomic
+
+    lines = [MARKER_STORE + uri] + [f"{r['run_id']} {r['point']} seed{r['seed']} {r['experiment_id']} {r['key']} "
+                                    f"{r['content_hash']}" for r in imported]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def marker_problems(marker: str | Path, uri: str) -> list[str]:
+    """Why an import marker (``write_marker``) no longer stands for runs in the store, or [] when it does
+    (or cannot be told: a database other than SQLite, a server that does not answer now). It stands only
+    for the store it names, and only where that store holds a FINISHED, active run of each of its keys
+    with the content hash it records: a SQLite store is read directly (no MLflow import), a tracking
+    server asked once (``runs/search``). A marker from before stores and hashes were recorded is stale."""
     marker = Path(marker)
-    if not marker.exists() or not uri.startswith("sqlite:///"):
+    if not marker.exists():
         return []
-    ids = [line.split()[0] for line in marker.read_text().splitlines() if line.strip()]  # "<run id> <point> <seed>"
-    db = Path(uri[len("sqlite:///"):])
+    lines = marker.read_text().splitlines()
+    if not lines or not lines[0].startswith(MARKER_STORE):
+        return ["its import marker records no store or content (an earlier version's)"]
+    store = lines[0][len(MARKER_STORE):]
+    if store != uri:
+        return [f"the runs were imported into {store}, and MLFLOW_TRACKING_URI / paths.mlflow_uri is now {uri}"]
+    entries = [line.split() for line in lines[1:] if line.strip()]
+    if any(len(e) != 6 for e in entries):
+        return [f"its import marker {marker} is damaged"]
+    want = {(e[4], e[5]) for e in entries}
+    if not want:
+        return []
+    if _sqlite_path(uri) is not None:
+        found = _sqlite_holds(_sqlite_path(uri), {k for k, _ in want})
+    elif _is_server(uri):
+        found = _server_holds(uri, sorted({e[3] for e in entries}), {k for k, _ in want})
+    else:
+        return []
+    if isinstance(found, str):
+        return [found] if found else []
+    lost = want - found
+    return [f"{len(lost)} of its {len(want)} imported runs are not in {uri} as imported"] if lost else []
+
+
+def _sqlite_holds(db: Path, keys: set[str]) -> set[tuple[str, str]] | str:
+    """(run key, content hash) of the FINISHED, active runs of ``keys`` in the SQLite store ``db``, or why not."""
+    import sqlite3
+
     if not db.exists():
-        return [f"the MLflow store {db} is gone"]
+        return f"the MLflow store {db} is gone"
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
         try:
-            found = dict(con.execute(
-                f"SELECT run_uuid, status FROM runs WHERE lifecycle_stage = 'active' AND run_uuid IN "
-                f"({','.join('?' * len(ids))})", ids).fetchall()) if ids else {}
+            rows = con.execute(
+                "SELECT k.value, h.value FROM runs r JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'run_key' "
+                "JOIN tags h ON h.run_uuid = r.run_uuid AND h.key = 'content_hash' WHERE r.lifecycle_stage = 'active' "
+                f"AND r.status = 'FINISHED' AND k.value IN ({','.join('?' * len(keys))})", sorted(keys)).fetchall()
         finally:
             con.close()
     except sqlite3.Error as e:
-        return [f"the MLflow store {db} cannot be read ({e})"]
-    lost = [i for i in ids if found.get(i) != "FINISHED"]
-    return [f"{len(lost)} of its {len(ids)} imported runs are not in {db}"] if lost else []
+        return f"the MLflow store {db} cannot be read ({e})"
+    return set(rows)
+
+
+_SERVER_DOWN: set[str] = set()   # servers that did not answer this process (asked once, not per marker)
+
+
+def _server_holds(uri: str, experiment_ids: list[str], keys: set[str]) -> set[tuple[str, str]] | str:
+    """The same, asked of a tracking server (MLflow's REST API, ``runs/search`` by key prefix); "" (cannot
+    tell: trusted) where it does not answer — the import itself says so in one line when it runs."""
+    import json
+    import urllib.error
+
+    if uri in _SERVER_DOWN:
+        return ""
+    prefix = os.path.commonprefix(sorted(keys))
+    query = {"experiment_ids": experiment_ids, "run_view_type": "ACTIVE_ONLY", "max_results": 1000,
+             "filter": "tags.run_key LIKE '" + prefix.replace("'", "\\'") + "%'"}
+    headers = {"Content-Type": "application/json"}
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
+    found, token = set(), None
+    try:
+        while True:
+            body = json.dumps({**query, **({"page_token": token} if token else {})}).encode()
+            req = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/runs/search", body, headers)
+            with urllib.request.urlopen(req, timeout=CONNECT_TIMEOUT_S) as r:
+                page = json.loads(r.read())
+            for run in page.get("runs", []):
+                tags = {t["key"]: t.get("value") for t in run.get("data", {}).get("tags", [])}
+                if run.get("info", {}).get("status") == "FINISHED" and tags.get("run_key") in keys:
+                    found.add((tags["run_key"], tags.get("content_hash")))
+            token = page.get("next_page_token")
+            if not token:
+                return found
+    except urllib.error.HTTPError as e:
+        if e.code == 404:   # RESOURCE_DOES_NOT_EXIST: the experiment is not there (another server)
+            return set()
+        _SERVER_DOWN.add(uri)
+        return ""
+    except (OSError, ValueError, KeyError, TypeError):
+        _SERVER_DOWN.add(uri)
+        return ""
 
 
 def _is_server(uri: str) -> bool:
@@ -317,17 +455,21 @@ def experiment_description(p: dict, experiment: str) -> str:
 # --- the import ---------------------------------------------------------------------------------
 
 def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
-            partition_figure: str | None = None, selected: str | None = None) -> str:
-    """Import one training run (and a run per prediction variant); returns the method's own run id."""
+            partition_figure: str | None = None, selected: str | None = None, record: list | None = None) -> str:
+    """Import one training run (and a run per prediction variant); returns the method's own run id.
+    ``record`` receives a dict per MLflow run written (``write_marker``'s lines)."""
     uri = tracking_uri(p)
     check_reachable(uri)
+    check_store(uri)
     with store_lock(uri):
-        return _log_run(p, experiment, method, point, seed, run_dir, partition_figure, selected)
+        return _log_run(p, experiment, method, point, seed, run_dir, partition_figure, selected, record)
 
 
 def _replace(client, exp_id: str, key: str, name: str, tags: dict, start: int, end: int, write) -> str:
-    """Write a new run of ``key`` (``write(run_id)``), mark it FINISHED, then delete every other run of
-    ``key``: the previous import and leftovers of crashed ones. Until FINISHED the previous import stays."""
+    """Write a new run of ``key`` (``write(run_id)``), mark it FINISHED, then delete the older runs of
+    ``key`` (tag ``import_id`` below this import's): the previous import and leftovers of crashed ones,
+    never a newer import. Until FINISHED the previous import stays. Returns the run that holds the
+    import: this one, or the newer one of the same content that replaced it meanwhile."""
     from mlflow.entities import RunTag
 
     run = with_retry(lambda: client.create_run(exp_id, start_time=start, run_name=name,
@@ -336,20 +478,55 @@ def _replace(client, exp_id: str, key: str, name: str, tags: dict, start: int, e
     try:
         write(rid, RunTag)
         with_retry(lambda: client.set_terminated(rid, "FINISHED", end_time=end))
-    except BaseException:
+    except Exception:
+        newer = _superseded(client, exp_id, key, rid, tags)
+        if newer:   # a newer import of the same content deleted this one while it was written
+            return newer
         try:  # the store may still answer: then the partial run says so (else the next import removes it)
             client.set_terminated(rid, "FAILED", end_time=end)
         except Exception:
             pass
         raise
+    except BaseException:
+        try:
+            client.set_terminated(rid, "FAILED", end_time=end)
+        except Exception:
+            pass
+        raise
     for old in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'")):
-        if old.info.run_id != rid:
-            with_retry(lambda: client.delete_run(old.info.run_id))
+        if old.info.run_id != rid and old.data.tags.get("import_id", "") < tags["import_id"]:
+            try:
+                with_retry(lambda: client.delete_run(old.info.run_id))
+            except Exception:
+                if _active(client, old.info.run_id):   # not already deleted by another importer
+                    raise
     return rid
 
 
+def _active(client, run_id: str) -> bool:
+    try:
+        return client.get_run(run_id).info.lifecycle_stage == "active"
+    except Exception:
+        return False
+
+
+def _superseded(client, exp_id: str, key: str, rid: str, tags: dict) -> str | None:
+    """The newer FINISHED import of ``key`` with this import's content, where it deleted run ``rid``."""
+    try:
+        if _active(client, rid):
+            return None
+        for other in client.search_runs([exp_id], f"tags.run_key = '{key}'"):
+            t = other.data.tags
+            if other.info.status == "FINISHED" and t.get("import_id", "") > tags["import_id"] \
+                    and t.get("content_hash") == tags["content_hash"]:
+                return other.info.run_id
+    except Exception:
+        return None
+    return None
+
+
 def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
-             partition_figure: str | None, selected: str | None) -> str:
+             partition_figure: str | None, selected: str | None, record: list | None = None) -> str:
     import mlflow
     import pandas as pd
     from mlflow.entities import Metric, Param
@@ -363,10 +540,13 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     uri = tracking_uri(p)
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
 
+    digest = content_hash(run_dir)
     mlflow.set_tracking_uri(uri)
     try:
         client = with_retry(lambda: _ready_client(MlflowClient()))
     except Exception as e:
+        if _sqlite_path(uri) is not None and any(w in str(e).lower() for w in ("not a database", "malformed")):
+            raise _damaged(_sqlite_path(uri), (str(e).strip().splitlines() or ["?"])[0][:200]) from None
         if not _is_server(uri):
             raise
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
@@ -390,6 +570,7 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     variants = sorted(v for v in metrics.get("variants", {}) if v)
     catalog = _variant_kinds(method)
     base = {"experiment": experiment, "base_method": method, "point": point, "seed": str(seed),
+            "content_hash": digest, "import_id": f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}",
             "scale": p["scale"], "data": info["config"].get("data", "real"),   # "stand-in (tiny)": a rehearsal's
             **code, "times": how, "config_hash": info["config_hash"],
             "partition_hash": info["config"].get("partition_hash", ""),
@@ -444,6 +625,9 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
                 client.log_artifact(rid, partition_figure, artifact_path="partition")
 
         ids[variant] = _replace(client, exp_id, key, name, tags, start, end, write)
+        if record is not None:
+            record.append({"run_id": ids[variant], "point": point, "seed": seed, "experiment_id": exp_id,
+                           "key": key, "content_hash": digest})
 
     if chosen is not None:  # a new selection re-tags earlier imports of the other points (no stale selected=true)
         found = {}
@@ -453,7 +637,11 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
         for other in found.values():
             flag = str(other.data.tags.get("point") == chosen).lower()
             if other.data.tags.get("selected") != flag:
-                with_retry(lambda: client.set_tag(other.info.run_id, "selected", flag))
+                try:
+                    with_retry(lambda: client.set_tag(other.info.run_id, "selected", flag))
+                except Exception:
+                    if _active(client, other.info.run_id):   # (else replaced meanwhile by another importer)
+                        raise
     return ids[""]
 
 

@@ -2,7 +2,9 @@
 # selection's seeds, the selected point on every seed) in one process — MLflow's import costs seconds, so
 # one process per run made the imports the largest part of a small DAG. Jobs are serialised on the
 # SQLite store by the `mlflow_db` resource (the default profile sets --resources mlflow_db=1); the marker
-# lists the MLflow run ids and lives under work/, not results/. Tags: selected=true|false.
+# records the store and, per MLflow run, its id, key and content hash, and lives under work/, not results/.
+# It is trusted only where that store holds those runs (fedbayes.tracking.marker_problems). Tags:
+# selected=true|false, content_hash, import_id.
 
 
 def method_runs(experiment, method):
@@ -14,8 +16,9 @@ def method_runs(experiment, method):
 
 
 def store_lost(wc):
-    """An import whose runs are gone from the store (it was deleted, or runs were removed in the UI) is
-    redone: a marker naming why becomes an input (fedbayes.tracking.marker_problems)."""
+    """An import whose runs are not in the store as imported (it was deleted, runs were removed in the UI,
+    MLFLOW_TRACKING_URI names another store or server) is redone: a marker naming why becomes an input
+    (fedbayes.tracking.marker_problems)."""
     from fedbayes.tracking import marker_problems, tracking_uri
 
     return marker_input(f"{WORK}/damaged/mlflow/{wc.experiment}/{wc.method}.txt", "re-imported because ",

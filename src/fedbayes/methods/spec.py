@@ -260,16 +260,41 @@ def method_specs() -> dict[str, MethodSpec]:
         warnings.warn(f"fedbayes: {why}; left out", RuntimeWarning, stacklevel=2)
     _PROBLEMS.clear()
     _PROBLEMS.update(problems)
+    _SOURCES.clear()
+    _SOURCES.update({k: v for k, v in where.items() if k in out and v != "fedbayes"})
     return out
 
 
 _PROBLEMS: dict[str, str] = {}
+_SOURCES: dict[str, str] = {}   # key → "module:SPEC (entry point name)" of each installed package's method
 
 
 def plugin_problems() -> dict[str, str]:
     """key (or entry-point name) → why an installed method was left out (``method_specs``)."""
     method_specs()
     return dict(_PROBLEMS)
+
+
+def implementation_problem(key: str) -> str | None:
+    """Why an installed package's method ``key`` cannot train, found by importing its implementation (and
+    torch) now, or None (also for a built-in method: fedbayes' own implementations are its tests'
+    business). Its spec loading is not enough: an implementation missing a dependency validated, and
+    every training job of it failed later, one traceback each. Not part of ``method_specs`` (every
+    command reads the specs, torch-free); the DAG's validation and ``fedbayes validate`` ask it for the
+    methods params.yaml names (``fedbayes.config.check_implementations``)."""
+    spec = method_specs().get(key)
+    if spec is None or key not in _SOURCES:
+        return None
+    try:
+        cls = spec.load()
+        from fedbayes.methods.base import Method
+
+        if not (isinstance(cls, type) and issubclass(cls, Method)):
+            raise TypeError(f"it is a {type(cls).__name__}, not a fedbayes.methods.base.Method subclass")
+    except Exception as err:  # noqa: BLE001  (whatever its import raises is the plug-in's problem)
+        return (f"the implementation {spec.implementation} of the installed method {_SOURCES[key]} cannot be "
+                f"imported: {type(err).__name__}: {err}")
+    return None
 
 
 def hparam_rules(specs: Mapping[str, MethodSpec]) -> dict[str, dict]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fedbayes.fileio import temp_path
+from fedbayes.fileio import atomic_target
 
 from .schemes import class_counts
 
@@ -76,19 +76,12 @@ def save_partition(
     arrays["meta_json"] = np.array(meta_json)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)  # unique to this process: two writers never share a temporary file
-    try:
-        with open(tmp, "wb") as fh:  # file object: np.savez must not append ".npz"
-            np.savez_compressed(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        raise
+    # a temporary file unique to this process, renamed when complete; on a full disk it is removed and
+    # the error names the partition file (np.savez's own OSError names none)
+    with atomic_target(path) as tmp, open(tmp, "wb") as fh:  # file object: np.savez must not append ".npz"
+        np.savez_compressed(fh, **arrays)
+        fh.flush()
+        os.fsync(fh.fileno())
     return digest
 
 
@@ -178,4 +171,5 @@ def plot_partition(class_counts: Any, path: str | os.PathLike, title: str = "") 
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, format="png", bbox_inches="tight")
+    with atomic_target(out, keep_suffix=True) as tmp:  # never a half-written figure (a full disk: named)
+        fig.savefig(tmp, dpi=120, format="png", bbox_inches="tight")
