@@ -33,7 +33,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from roofline import PROTOCOLS, make_data, pick_point  # noqa: E402
+from roofline import PROTOCOLS, cpu_name, make_data, pick_point  # noqa: E402
 
 
 def run_once(cfg: dict, data, device, batch: bool) -> dict:
@@ -99,16 +99,6 @@ def measure(p: dict, name: str, experiment: str, method: str, changes: dict, arg
         "test_acc": [last[False].get("test/acc"), last[True].get("test/acc")],
         "torch": torch.__version__, "time": datetime.datetime.now().isoformat(timespec="seconds"),
     }
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"
 
 
 def markdown(rows: list[dict]) -> str:
