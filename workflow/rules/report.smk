@@ -46,11 +46,22 @@ def missing_marker(experiment, method, files):
 
 def selected_runs(experiment, method):
     """Input function: the runs of the selected point (all seeds) and the (experiment, method)'s MLflow
-    import marker."""
+    import marker.
+
+    A pair not selected yet (a method or experiment new to the table, or its selected.json deleted) asks
+    for its selected.json as a plain input, not through the checkpoint, with a marker naming it: Snakemake
+    9 checks neither the params nor the input mtimes of a job that still waits on a checkpoint after the
+    existing selections are read, so waiting on a selection that does not exist yet made the table look up
+    to date ("Nothing to be done") and hid every other edit of it. The table then reruns, the selection
+    job runs (its output is a missing input), and when it finishes Snakemake re-evaluates this function,
+    which then reads the selected point and asks for its runs on every seed."""
 
     def inputs(wc):
         if not experiment_available(experiment):
             return []
+        selected = f"{RUNS}/{experiment}/{method}/selected.json"
+        if not Path(selected).exists():
+            return [selected] + missing_marker(experiment, method, [selected])
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
         files = ([f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
