@@ -33,8 +33,9 @@ def in_report(path, name, caption, subcategory=None):
 
 
 def missing_marker(experiment, method, files):
-    """A run file deleted behind an existing table, or the MLflow runs of its import gone from the store:
-    Snakemake 9 does not look behind a table whose inputs hang on a checkpoint (the sweep selection) and
+    """A run file or selection deleted behind an existing table (or a selection not made yet), or the
+    MLflow runs of its import gone from the store: Snakemake 9 does not rerun an existing table for an
+    input that is missing, nor look behind one whose inputs hang on a checkpoint (the sweep selection), and
     would say "Nothing to be done". A marker naming what is missing (new mtime) becomes an input, so the
     table reruns and the jobs that write the missing files (or redo the import) run."""
     from fedbayes.tracking import marker_problems, tracking_uri
