@@ -847,3 +847,49 @@ def test_a_string_sweep_value_that_cannot_name_a_run_is_refused(params):
     problems = _hparam_problems(params, "fmnist10-iid-k10", experiment_config(params, "fmnist10-iid-k10"))
     assert problems == ["experiments.fmnist10-iid-k10.methods.fedavg: sweep point 'optimizer=my sgd/2' cannot name "
                         "a run (its values must be numbers, booleans or words of letters, digits and _ . -)"]
+
+
+@pytest.mark.parametrize("path, value, line", [
+    (("methods", "fedavg", "rho"), 0.1, "methods.fedavg.rho: fedavg takes no hyperparameter 'rho' (another method's); "
+                                        "the closest it takes is 'lr'"),
+    (("methods", "fedavg", "weight_decy"), 0.1, "methods.fedavg.weight_decy: fedavg takes no hyperparameter "
+                                                "'weight_decy'; the closest it takes is 'weight_decay'"),
+    (("methods", "fedavg", "sweep", "delta"), [0.1, 1.0],
+     "methods.fedavg.sweep.delta: fedavg takes no hyperparameter 'delta' (another method's); the closest it sweeps "
+     "is 'weight_decay'"),
+    (("methods", "fedavg", "sweep", "lr_schedule"), ["constant", "cosine_rounds"],
+     "methods.fedavg.sweep.lr_schedule: fedavg cannot sweep 'lr_schedule'; the closest it sweeps is "
+     "'local_epochs'"),
+    (("experiments", "fmnist10-iid-k10", "methods", "fedavg", "tau"), 1.0,
+     "experiments.fmnist10-iid-k10.methods.fedavg.tau: fedavg takes no hyperparameter 'tau' (another method's); "
+     "the closest it takes is 'weight_decay'"),
+    (("experiments", "fmnist10-iid-k10", "methods", "fedavg", "sweep", "alpha"), [0.1, 0.01],
+     "experiments.fmnist10-iid-k10.methods.fedavg.sweep.alpha: fedavg takes no hyperparameter 'alpha' (another "
+     "method's); the closest it sweeps is 'local_epochs'"),
+    (("smoke", "methods", "fedep_m", "rho"), 0.1, "smoke.methods.fedep_m.rho: fedep_m takes no hyperparameter 'rho' "
+                                                  "(another method's); the closest it takes is 'lr'"),
+    (("rehearsal", "methods", "fedavg", "beta1"), 0.5, "rehearsal.methods.fedavg.beta1: fedavg takes no "
+                                                       "hyperparameter 'beta1' (another method's); the closest it "
+                                                       "takes is 'weight_decay'"),
+])
+def test_a_methods_block_takes_only_that_methods_hyperparameters(params, schema, path, value, line):
+    """A method's block (its own, an experiment's, the smoke and rehearsal overlays', their sweeps) was
+    checked against the union of every method's keys: `methods.fedavg.rho: 0.1` validated, planned runs
+    and changed nothing (a sweep over such a key ran one run under several names). Each key is now one
+    line naming the key, the method and the closest name the method takes (its spec's fields)."""
+    node = params
+    for k in path[:-1]:
+        node = node.setdefault(k, {})
+    node[path[-1]] = value
+    with pytest.raises(ConfigError) as err:
+        validate(params, schema)
+    assert f"  - {line}\n" in f"{err.value}\n", str(err.value)
+
+
+def test_a_shared_training_key_is_taken_by_every_method(params, schema):
+    """What every method reads (Hyperparameters: local training, evaluation cadence) passes in any
+    method's block; smoke.hparams still sets values for every method, each reading its own."""
+    params["methods"]["fola"]["mc_every"] = 5
+    params["experiments"]["fmnist10-iid-k10"]["methods"]["fedavg"]["sweep"]["grad_clip"] = [1.0, 10.0]
+    params["smoke"]["hparams"]["rho"] = 0.5
+    validate(params, schema)

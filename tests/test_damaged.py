@@ -133,6 +133,21 @@ def test_deleted_run_file_behind_a_table_is_planned(synth, name):
     assert planned(synth) == {}
 
 
+def test_deleted_selection_behind_a_table_is_planned(synth):
+    """A deleted selected.json (a checkpoint's output) left the table waiting on a checkpoint that Snakemake
+    never looked behind: "Nothing to be done". Now the selection reruns (tests/test_edit_loop.py: the same
+    for a selection that never existed, a method or experiment new to the table)."""
+    f = synth / SELECTED
+    good, mtime = f.read_bytes(), f.stat().st_mtime_ns
+    f.unlink()
+    try:
+        assert {"select", "table_faults"} <= set(planned(synth))
+    finally:
+        f.write_bytes(good)
+        os.utime(f, ns=(mtime, mtime))
+    assert planned(synth) == {}
+
+
 def store_runs(d: Path) -> int:
     with sqlite3.connect(d / "mlflow.db") as con:
         return con.execute("SELECT count(*) FROM runs WHERE status = 'FINISHED' AND lifecycle_stage = 'active'").fetchone()[0]

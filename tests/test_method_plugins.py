@@ -88,6 +88,25 @@ def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, rep
     assert out.returncode != 0 and f"methods.{KEY}.sweep.server_step.1" in out.stderr, out.stderr
 
 
+def test_an_installed_method_takes_only_its_own_hyperparameters(tmp_path, repo):
+    """A plug-in's block was checked against the union of every method's keys: another method's key under
+    it (`tau`: BayesADMM's, FedLap-Func's) validated and was ignored by the plug-in. Its own spec is now
+    the rule, as for a built-in method: the foreign key and a misspelt sweep key are refused, each naming
+    the key, the method and the closest name it takes."""
+    p = read_params(repo)
+    add_method(p)
+    p["methods"][KEY]["tau"] = 0.5
+    p["methods"][KEY]["sweep"]["server_stepp"] = [1.0]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    out = python(f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
+                 with_plugin(tmp_path), repo)
+    assert out.returncode != 0, out.stderr
+    assert (f"methods.{KEY}.tau: {KEY} takes no hyperparameter 'tau' (another method's); the closest it takes "
+            "is 'weight_decay'") in out.stderr, out.stderr
+    assert (f"methods.{KEY}.sweep.server_stepp: {KEY} takes no hyperparameter 'server_stepp'; the closest it "
+            "sweeps is 'server_step'") in out.stderr, out.stderr
+
+
 def test_a_method_registered_twice_or_misnamed_breaks_only_what_uses_it(tmp_path, repo):
     """A key registered by two packages (or by a package and fedbayes), or an entry point whose spec is
     misnamed or cannot be loaded, made `import fedbayes.catalog` fail: every command broke, not only the

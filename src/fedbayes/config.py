@@ -251,10 +251,10 @@ def _grid_errors(validator, params: dict, schema: dict) -> list[tuple[list, str]
 
 def validate(params: dict, schema: dict) -> None:
     """Refuse, naming each dotted key, whatever params.yaml (or the configuration Snakemake loaded) asks
-    that no run could do as written: non-finite numbers, schema violations (integers strict, every sweep
-    grid value under its hyperparameter's rule; the schema completed from the method specs), then the
-    semantic checks."""
-    problems = _value_problems(params) + _left_out_methods(params)
+    that no run could do as written: non-finite numbers, keys a method's block sets that the method does
+    not take (``_foreign_hparams``), schema violations (integers strict, every sweep grid value under its
+    hyperparameter's rule; the schema completed from the method specs), then the semantic checks."""
+    problems = _value_problems(params) + _left_out_methods(params) + _foreign_hparams(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
     schema = complete_schema(schema)
@@ -411,6 +411,57 @@ def check_implementations(params: dict) -> None:
                 if (why := implementation_problem(m))]
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _method_blocks(params: dict):
+    """(dotted path, method, block) of every block that sets one method's hyperparameters: ``methods.<m>``,
+    ``experiments.<e>.methods.<m>``, ``smoke.methods.<m>`` and ``rehearsal.methods.<m>`` (what is not a
+    mapping is left for the schema to name)."""
+    sites = [(("methods",), params.get("methods"))]
+    experiments = params.get("experiments")
+    sites += [(("experiments", e, "methods"), x.get("methods"))
+              for e, x in (experiments.items() if isinstance(experiments, dict) else ()) if isinstance(x, dict)]
+    sites += [((b, "methods"), params[b].get("methods")) for b in ("smoke", "rehearsal") if isinstance(params.get(b), dict)]
+    for where, methods in sites:
+        for m, block in (methods.items() if isinstance(methods, dict) else ()):
+            if isinstance(block, dict):
+                yield ".".join((*where, m)), m, block
+
+
+def _foreign_hparams(params: Any) -> list[str]:
+    """Keys of a method's block (and of its sweep grid) that the method does not take (its spec's
+    ``MethodSpec.hparams``), one line each naming the key, the method and the closest name it takes. Said
+    before the schema, whose rules are every method's together: another method's key passed it and was
+    never read (``methods.fedavg.rho``; a sweep over one ran one run under several names). Unknown methods
+    are named by the semantic checks; ``smoke.hparams`` sets values for every method, each reading its own."""
+    import difflib
+
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.methods.spec import RESERVED
+
+    if not isinstance(params, dict):
+        return []
+    anyone = {k for s in METHOD_SPECS.values() for k in s.hparams()}
+    out = []
+    for where, m, block in _method_blocks(params):
+        spec = METHOD_SPECS.get(m)
+        if spec is None:
+            continue
+        grid = block.get("sweep")
+        for sweep, keys in ((False, [k for k in block if k not in RESERVED]),
+                            (True, list(grid) if isinstance(grid, dict) else [])):
+            takes = spec.hparams(sweep)
+            for k in keys:
+                if k in takes:
+                    continue
+                closest = difflib.get_close_matches(str(k), takes, n=1, cutoff=0)
+                if k in spec.hparams():
+                    why = f"{m} cannot sweep {k!r}"
+                else:
+                    why = f"{m} takes no hyperparameter {k!r}" + (" (another method's)" if k in anyone else "")
+                out.append(f"{where}{'.sweep' if sweep else ''}.{k}: {why}"
+                           + (f"; the closest it {'sweeps' if sweep else 'takes'} is {closest[0]!r}" if closest else ""))
+    return out
 
 
 def _unknown_method(m: str, methods: dict) -> str:

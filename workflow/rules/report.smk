@@ -33,8 +33,9 @@ def in_report(path, name, caption, subcategory=None):
 
 
 def missing_marker(experiment, method, files):
-    """A run file deleted behind an existing table, or the MLflow runs of its import gone from the store:
-    Snakemake 9 does not look behind a table whose inputs hang on a checkpoint (the sweep selection) and
+    """A run file or selection deleted behind an existing table (or a selection not made yet), or the
+    MLflow runs of its import gone from the store: Snakemake 9 does not rerun an existing table for an
+    input that is missing, nor look behind one whose inputs hang on a checkpoint (the sweep selection), and
     would say "Nothing to be done". A marker naming what is missing (new mtime) becomes an input, so the
     table reruns and the jobs that write the missing files (or redo the import) run."""
     from fedbayes.tracking import marker_problems, tracking_uri
@@ -46,11 +47,22 @@ def missing_marker(experiment, method, files):
 
 def selected_runs(experiment, method):
     """Input function: the runs of the selected point (all seeds) and the (experiment, method)'s MLflow
-    import marker."""
+    import marker.
+
+    A pair not selected yet (a method or experiment new to the table, or its selected.json deleted) asks
+    for its selected.json as a plain input, not through the checkpoint, with a marker naming it: Snakemake
+    9 checks neither the params nor the input mtimes of a job that still waits on a checkpoint after the
+    existing selections are read, so waiting on a selection that does not exist yet made the table look up
+    to date ("Nothing to be done") and hid every other edit of it. The table then reruns, the selection
+    job runs (its output is a missing input), and when it finishes Snakemake re-evaluates this function,
+    which then reads the selected point and asks for its runs on every seed."""
 
     def inputs(wc):
         if not experiment_available(experiment):
             return []
+        selected = f"{RUNS}/{experiment}/{method}/selected.json"
+        if not Path(selected).exists():
+            return [selected] + missing_marker(experiment, method, [selected])
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
         files = ([f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]

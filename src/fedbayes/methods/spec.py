@@ -199,6 +199,13 @@ class MethodSpec:
             raise ValueError(f"method spec {self.key!r}: " + "; ".join(problems))
         object.__setattr__(self, "needs", frozenset(self.needs))
 
+    def hparams(self, sweep: bool = False) -> list[str]:
+        """The hyperparameters it takes: its ``params``' fields (the shared ones of ``Hyperparameters``,
+        local training and evaluation cadence, and its own), or those a sweep grid may vary. A block of
+        params.yaml for this method sets no other key (``fedbayes.config``): the schema's rules are every
+        method's together, and another method's key there would be accepted and never read."""
+        return [f.name for f in dataclasses.fields(self.params) if not sweep or f.metadata["sweep"]]
+
     def load(self) -> type:
         """The implementation class (imports it, and torch): with ``fixed`` hyperparameters applied."""
         return _load(self.implementation, tuple(self.fixed.items()), self.key)
