@@ -137,6 +137,7 @@ def test_a_method_registered_twice_or_misnamed_breaks_only_what_uses_it(tmp_path
 
 def test_the_example_method_steps_the_server_towards_the_average(tmp_path, monkeypatch):
     """Its tensor math, through build_method: η = 1 is FedAvg bit for bit; η = 0.5 goes halfway."""
+    import fedbayes.catalog  # noqa: F401  (computed once a process: first here, it kept the plug-in for later files)
     from fedbayes.methods import build_method
     from fedbayes.methods.spec import method_specs
     from fedbayes.models import FlatModel
