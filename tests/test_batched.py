@@ -69,8 +69,10 @@ def test_a_term_without_a_batched_form_trains_one_by_one(tmp_path, synthetic_run
 
 
 def test_unbatchable_hyperparameters_fall_back(tmp_path, synthetic_run_data, cfg_factory):
-    """SGD (no batched loop for it): the batched switch trains one by one, bit for bit the sequential run."""
-    cfg = cfg_factory(rounds=2, save_rounds=[2], hparams={**cfg_factory()["hparams"], "optimizer": "sgd", "lr": 0.05})
+    """A learning-rate schedule over each client's own steps (no batched loop for it): the batched switch
+    trains one by one, bit for bit the sequential run."""
+    cfg = cfg_factory(rounds=2, save_rounds=[2], hparams={**cfg_factory()["hparams"], "lr_schedule": "linear_local",
+                                                          "lr_final": 0.0001})
     a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
     b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
@@ -194,3 +196,38 @@ def test_an_unsquared_proximal_term_trains_one_by_one(tmp_path, synthetic_run_da
     b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
     assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
+
+
+SGD_CLIPPED = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 2, "grad_clip": 1.0}
+
+
+@pytest.mark.parametrize("name,extra", [("fedavg", {}), ("scaffold", {}), ("fednova", {}),
+                                        ("fedlap", {"delta": 0.1, "rho": "data"})])
+def test_sgd_with_clipping_batches_to_the_sequential_numbers(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+    """The FOLA paper's protocol (plain SGD, gradients clipped to norm 10; here 1.0 so that clipping bites):
+    each client's gradient clipped by its own norm, SGD's foreach step; SCAFFOLD's control-variate
+    correction and FedNova's step counts through their declared problems. Three rounds of unequal clients
+    agree with the sequential run to round-off, every round batched."""
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
+    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    for a, b in zip(seq, bat):
+        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-5, abs=1e-5), a["round"]
+    post = [torch.load(tmp_path / r / "posterior.pt") for r in ("seq", "bat")]
+    for key, v in post[0].items():
+        if torch.is_tensor(v) and v.is_floating_point():
+            assert torch.allclose(v, post[1][key], rtol=1e-4, atol=1e-5), key
+    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == 3
+
+
+def test_clip_rows_is_clip_grad_row_by_row():
+    """``clip_rows_`` = ``clip_grad_`` on each row: rows over the bound scaled, rows under it unchanged."""
+    from fedbayes.methods.local import clip_grad_, clip_rows_
+
+    G = torch.randn(5, 300) * torch.tensor([0.01, 0.1, 1.0, 10.0, 100.0])[:, None]
+    rows = [g.clone() for g in G]
+    for r in rows:
+        clip_grad_(r, 1.0)
+    clip_rows_(G, 1.0)
+    assert torch.allclose(G, torch.stack(rows), rtol=1e-6, atol=0)
+    assert torch.equal(G[:2], torch.stack(rows[:2]))           # under the bound: untouched, bit for bit

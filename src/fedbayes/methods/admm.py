@@ -31,9 +31,9 @@ class FedADMM(Method):
 
         return LocalProblem(w_g, grad, (state["v"], float(hp["alpha"]), w_g), batchable=prox_batchable(hp))
 
-    def local_result(self, k, problem, w, down, state, data, rnd, loss):
-        v_new = state["v"] + float(self.hp["alpha"]) * (w - down["w"])
-        return {"w": w, "v": v_new}, {**state, "v": v_new}, loss
+    def local_result(self, k, problem, res, down, state, data, rnd):
+        v_new = state["v"] + float(self.hp["alpha"]) * (res.w - down["w"])
+        return {"w": res.w, "v": v_new}, {**state, "v": v_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         z = server["z"].clone()
@@ -59,8 +59,8 @@ class FedDyn(Method):
         return LocalProblem(w_g, grad, (self.alpha_k(k), state["lam"], w_g, float(self.p.weight_decay)),
                             batchable=prox_batchable(hp))
 
-    def local_result(self, k, problem, w, down, state, data, rnd, loss):
-        return {"w": w}, {**state, "lam": state["lam"] + (w - down["w"])}, loss
+    def local_result(self, k, problem, res, down, state, data, rnd):
+        return {"w": res.w}, {**state, "lam": state["lam"] + (res.w - down["w"])}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         ws = torch.stack([m["w"] for m in messages.values()])

@@ -199,7 +199,7 @@ class Method:
         if problem is None:
             raise NotImplementedError(f"{type(self).__name__} defines neither client_update nor local_problem")
         res = self.local_train(problem.start, data, rng, extra_grad=problem.extra_grad(), state=state)
-        return self.local_result(k, problem, res.w, down, state, data, rnd, res.mean_loss)
+        return self.local_result(k, problem, res, down, state, data, rnd)
 
     def local_problem(self, k: int, down: Tensors, state: Tensors, data: ClientData, rnd: int) -> LocalProblem | None:
         """Client k's local problem as declared terms (``LocalProblem``), or None where the method writes
@@ -207,9 +207,10 @@ class Method:
         with no loop of its own."""
         return None
 
-    def local_result(self, k: int, problem: LocalProblem, w: torch.Tensor, down: Tensors, state: Tensors,
-                     data: ClientData, rnd: int, loss: float) -> tuple[Tensors, Tensors, float]:
-        """(message up, new client state, loss) from the client's trained weights ``w``."""
+    def local_result(self, k: int, problem: LocalProblem, res: LocalResult, down: Tensors, state: Tensors,
+                     data: ClientData, rnd: int) -> tuple[Tensors, Tensors, float]:
+        """(message up, new client state, mean local loss) from the client's training ``res`` (its weights
+        ``res.w``, ``res.mean_loss``, ``res.steps``)."""
         raise NotImplementedError
 
     def client_updates(self, ks: list[int], down: Tensors, states: list[Tensors], datas: list[ClientData],
@@ -227,13 +228,12 @@ class Method:
         problems = [self.local_problem(k, down, st, d, rnd) for k, st, d in zip(ks, states, datas)]
         if any(p is None or not p.batchable or p.start is not problems[0].start for p in problems):
             return None
-        res = local_train_batched(self, problems[0].start, datas, rngs, states,
-                                  stacked_extra_grad(problems, problems[0].start))
-        if res is None:
+        results = local_train_batched(self, problems[0].start, datas, rngs, states,
+                                      stacked_extra_grad(problems, problems[0].start))
+        if results is None:
             return None
-        W, losses = res
-        return [self.local_result(k, p, W[c], down, st, d, rnd, losses[c])
-                for c, (k, p, st, d) in enumerate(zip(ks, problems, states, datas))]
+        return [self.local_result(k, p, res, down, st, d, rnd)
+                for k, p, res, st, d in zip(ks, problems, results, states, datas)]
 
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
         raise NotImplementedError
@@ -291,21 +291,21 @@ class Method:
 def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[ClientData],
                         rngs: list[np.random.Generator], states: list[Tensors],
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None
-                        ) -> tuple[torch.Tensor, list[float]] | None:
+                        ) -> list[LocalResult] | None:
     """``method.local_train`` without ``extra_loss`` for several clients at once
     (``methods.local.train_local_batched``; ``extra_grad`` of the stacked weights (C, P)): (weights (C, P),
-    mean losses), or None where the hyperparameters ask for what the batched loop does not do (SGD, a
-    learning-rate schedule, clipping) or the model draws (dropout) or mixes rows (batch norm)."""
+    each client's ``LocalResult``, or None where the hyperparameters ask for what the batched loop does not
+    do (a learning-rate schedule) or the model draws (dropout) or mixes rows (batch norm)."""
     hp = method.hp
-    if method.p.optimizer != "adam" or method.p.lr_schedule != "constant" or method.p.grad_clip:
+    if method.p.lr_schedule != "constant":
         return None
     if not method.fm.row_wise:   # dropout draws (or batch statistics): no vmapped form with the same numbers
         return None
-    W, losses, _ = train_local_batched(method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]),
-                                       batch_size=int(hp["batch_size"]), lr=float(hp["lr"]),
-                                       states=states if client_optimizer(hp) == "persistent" else None,
-                                       extra_grad=extra_grad)
-    return W, losses
+    W, losses, steps = train_local_batched(
+        method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
+        lr=float(hp["lr"]), optimizer=method.p.optimizer, clip=method.p.grad_clip, states=states if client_optimizer(hp) == "persistent" else None,
+        extra_grad=extra_grad)
+    return [LocalResult(W[c], losses[c], steps[c]) for c in range(len(datas))]
 
 
 def prox_batchable(hp: dict) -> bool:

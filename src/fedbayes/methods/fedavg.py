@@ -30,11 +30,10 @@ class FedAvg(Method):
     def train_together(self, w_start, datas, rngs, states, extra_grad=None):
         """The clients' messages and losses from ``base.local_train_batched`` (``extra_grad`` of the stacked
         weights), or None where the hyperparameters ask for what it does not do."""
-        res = local_train_batched(self, w_start, datas, rngs, states, extra_grad)
-        if res is None:
+        results = local_train_batched(self, w_start, datas, rngs, states, extra_grad)
+        if results is None:
             return None
-        W, losses = res
-        return [({"w": W[c]}, states[c], losses[c]) for c in range(len(datas))]
+        return [({"w": res.w}, st, res.mean_loss) for res, st in zip(results, states)]
 
     def server_update(self, server, messages, rnd):
         ws = {k: m["w"] for k, m in messages.items()}

@@ -48,9 +48,9 @@ class FedLap(Method):
         return LocalProblem(start, grad, (float(hp["delta"]) / len(data), state["v"], w_g),
                             batchable=prox_batchable(hp), extra={"w_g": w_g})
 
-    def local_result(self, k, problem, w, down, state, data, rnd, loss):
-        v_new = state["v"] + self.rho(k, rnd) * (w - problem.extra["w_g"])
-        return {"v": v_new}, {**state, "v": v_new}, loss
+    def local_result(self, k, problem, res, down, state, data, rnd):
+        v_new = state["v"] + self.rho(k, rnd) * (res.w - problem.extra["w_g"])
+        return {"v": v_new}, {**state, "v": v_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         v = server["v"].clone()
@@ -83,14 +83,14 @@ class FedLapCov(Method):
 
         return LocalProblem(start, grad, (state["v"], state["V"], S_g, w_g, len(data)), extra={"w_g": w_g, "S_g": S_g})
 
-    def local_result(self, k, problem, w, down, state, data, rnd, loss):
-        w_g, S_g, v, V = problem.extra["w_g"], problem.extra["S_g"], state["v"], state["V"]
+    def local_result(self, k, problem, res, down, state, data, rnd):
+        w, w_g, S_g, v, V = res.w, problem.extra["w_g"], problem.extra["S_g"], state["v"], state["V"]
         H = diag_ggn(self.fm, w, data.x).clamp_min(0.0)
         rho = self.rho(k, rnd)
         S_k = H - V + S_g
         v_new = v + rho * (S_k * w - S_g * w_g)
         V_new = (1 - rho) * V + rho * H
-        return {"v": v_new, "V": V_new}, {**state, "v": v_new, "V": V_new}, loss
+        return {"v": v_new, "V": V_new}, {**state, "v": v_new, "V": V_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         v, V = server["v"].clone(), server["V"].clone()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbayes.methods.base import Method, weighted_mean
+from fedbayes.methods.base import LocalProblem, Method, weighted_mean
 
 
 class FedNova(Method):
@@ -26,8 +26,10 @@ class FedNova(Method):
     def local_weights(self, message, down):
         return down["w"] - message["tau"] * message["d"]
 
-    def client_update(self, k, down, state, data, rng, rnd):
-        res = self.local_train(down["w"], data, rng)
+    def local_problem(self, k, down, state, data, rnd):
+        return LocalProblem(down["w"])
+
+    def local_result(self, k, problem, res, down, state, data, rnd):
         tau = torch.tensor(float(res.steps), dtype=down["w"].dtype, device=down["w"].device)
         return {"d": (down["w"] - res.w) / tau, "tau": tau}, state, res.mean_loss
 

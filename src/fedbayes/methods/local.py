@@ -239,45 +239,84 @@ class StackedPlan:
 
 
 def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.random.Generator], *,
-                        epochs: int, batch_size: int, lr: float, states: list[Tensors] | None = None,
+                        epochs: int, batch_size: int, lr: float, optimizer: str = "adam", momentum: float = 0.0,
+                        clip: float | None = None, states: list[Tensors] | None = None,
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
                         loss_fn=F.cross_entropy) -> tuple[torch.Tensor, list[float], list[int]]:
-    """``train_local`` with FlatAdam for C clients together, all starting from ``w_start``: the minibatch
-    gradients of the C clients' step s are one vmapped call over their stacked weights W (C, P), and their
-    Adam updates one fused multi-tensor kernel. One hook: ``extra_grad(W)``, the closed-form penalty
-    gradient of every client at once (``train_local``'s ``extra_grad`` row by row). Each client draws its minibatches from
-    its own ``rng`` exactly as ``minibatches`` would, so the iterates are those of C calls of
-    ``train_local`` up to float round-off (batched matrix products sum in another order); a client with
-    fewer steps than the others is left out of the updates after its last one. ``states``: the clients'
-    persistent Adam states (``FlatAdam.state()``), read and updated in place; None for fresh optimisers.
-    The data-gradient hooks of ``train_local`` (``on_grad``, ``gradient``, ``extra_loss``), its step hooks
-    and clipping have no batched form: a method that needs them trains its clients one by one.
+    """``train_local`` with FlatAdam or FlatSGD for C clients together, all starting from ``w_start``: the
+    minibatch gradients of the C clients' step s are one vmapped call over their stacked weights W (C, P),
+    their clipping one norm per row (``clip_grad_``'s rule), and their updates one multi-tensor kernel
+    (Adam: the fused kernel; SGD: foreach ops, momentum buffers as ``FlatSGD`` keeps them). One hook:
+    ``extra_grad(W)``, the closed-form penalty gradient of every client at once (``train_local``'s
+    ``extra_grad`` row by row). Each client draws its minibatches from its own ``rng`` exactly as
+    ``minibatches`` would, so the iterates are those of C calls of ``train_local`` up to float round-off
+    (batched matrix products and norms sum in another order); a client with fewer steps than the others is
+    left out of the updates after its last one. ``states``: the clients' persistent optimiser states
+    (``FlatAdam.state()`` / ``FlatSGD.state()``), read and updated in place; None for fresh optimisers.
+    The data-gradient hooks of ``train_local`` (``on_grad``, ``gradient``, ``extra_loss``) and its step
+    hooks have no batched form: a method that needs them trains its clients one by one.
     Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
 
     Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
     C separate ones do (benchmarks/roofline.md)."""
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"unknown local optimiser {optimizer!r}; choose adam or sgd")
     C, dev, dtype = len(datas), w_start.device, w_start.dtype
     plan = StackedPlan(fm, datas, rngs, batch_size=batch_size, epochs=epochs, device=dev, dtype=dtype, loss_fn=loss_fn)
     W = w_start.detach().unsqueeze(0).repeat(C, 1)
-    m, v = torch.zeros_like(W), torch.zeros_like(W)
-    t = torch.zeros(C, dtype=torch.float32, device=dev)
-    for c, st in enumerate(states or []):
-        if "opt/m" in st:
-            m[c], v[c], t[c] = st["opt/m"], st["opt/v"], st["opt/t"]
+    if optimizer == "adam":
+        m, v = torch.zeros_like(W), torch.zeros_like(W)
+        t = torch.zeros(C, dtype=torch.float32, device=dev)
+        for c, st in enumerate(states or []):
+            if "opt/m" in st:
+                m[c], v[c], t[c] = st["opt/m"], st["opt/v"], st["opt/t"]
+    else:
+        buf = torch.zeros_like(W)
+        has_buf = [False] * C                           # FlatSGD's buffer exists after a client's first step
+        for c, st in enumerate(states or []):
+            if "opt/buf" in st:
+                buf[c], has_buf[c] = st["opt/buf"], True
     for s in range(plan.n_steps):
         active = plan.active(s)
         g = plan.gradient(W, s)
         if extra_grad is not None:
             g.add_(extra_grad(W))
-        t_act = [t[c] for c in active]
-        torch._foreach_add_(t_act, 1.0)
-        torch._fused_adam_([W[c] for c in active], [g[c] for c in active], [m[c] for c in active],
-                           [v[c] for c in active], [], t_act, amsgrad=False, lr=float(lr), beta1=0.9,
-                           beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
-                           found_inf=None)
+        if clip:
+            clip_rows_(g, clip)
+        if optimizer == "adam":
+            t_act = [t[c] for c in active]
+            torch._foreach_add_(t_act, 1.0)
+            torch._fused_adam_([W[c] for c in active], [g[c] for c in active], [m[c] for c in active],
+                               [v[c] for c in active], [], t_act, amsgrad=False, lr=float(lr), beta1=0.9,
+                               beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
+                               found_inf=None)
+            continue
+        if momentum:
+            fresh = [c for c in active if not has_buf[c]]
+            for c in fresh:
+                buf[c].copy_(g[c])
+                has_buf[c] = True
+            old = [c for c in active if c not in fresh]
+            if old:
+                torch._foreach_mul_([buf[c] for c in old], float(momentum))
+                torch._foreach_add_([buf[c] for c in old], [g[c] for c in old])
+            steps_ = [buf[c] for c in active]
+        else:
+            steps_ = [g[c] for c in active]
+        torch._foreach_add_([W[c] for c in active], steps_, alpha=-float(lr))
     for c, st in enumerate(states or []):
-        st.update({"opt/m": m[c].clone(), "opt/v": v[c].clone(), "opt/t": t[c].clone()})
+        if optimizer == "adam":
+            st.update({"opt/m": m[c].clone(), "opt/v": v[c].clone(), "opt/t": t[c].clone()})
+        elif momentum and has_buf[c]:
+            st.update({"opt/buf": buf[c].clone()})
     return W, plan.mean_losses(), plan.steps
+
+
+def clip_rows_(G: torch.Tensor, max_norm: float) -> None:
+    """``clip_grad_`` on each row of G (a client's gradient), in place: rows whose norm exceeds
+    ``max_norm`` are scaled by max_norm / (norm + 1e-6), the others left as they are (NaN scales too)."""
+    coef = max_norm / (torch.linalg.vector_norm(G, 2.0, dim=1) + 1e-6)
+    G.mul_(torch.where(coef >= 1.0, torch.ones_like(coef), coef)[:, None])
 
 
 def train_local(fm, opt: LocalOptimizer, data, rng: np.random.Generator, *, epochs: int, batch_size: int,

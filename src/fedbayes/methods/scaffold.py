@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from fedbayes.methods.base import Method, weighted_mean
+from fedbayes.methods.base import LocalProblem, Method, weighted_mean
 
 
 class Scaffold(Method):
@@ -43,11 +43,14 @@ class Scaffold(Method):
     def broadcast(self, server, rnd):
         return {"w": server["w"], "c": server["c"]}
 
-    def client_update(self, k, down, state, data, rng, rnd):
-        w, c = down["w"], down["c"]
-        c_k = state["c"]
-        correction = c - c_k
-        res = self.local_train(w, data, rng, extra_grad=lambda y: correction)  # ∇ (c − c_n)ᵀy
+    def local_problem(self, k, down, state, data, rnd):
+        def grad(y, correction):  # ∇ (c − c_n)ᵀy
+            return correction
+
+        return LocalProblem(down["w"], grad, (down["c"] - state["c"],))
+
+    def local_result(self, k, problem, res, down, state, data, rnd):
+        w, c, c_k = down["w"], down["c"], state["c"]
         c_new = c_k - c + (w - res.w) / (res.steps * float(self.hp["lr"]))
         return {"dy": res.w - w, "dc": c_new - c_k}, {"c": c_new}, res.mean_loss
 
