@@ -231,3 +231,22 @@ def test_clip_rows_is_clip_grad_row_by_row():
     clip_rows_(G, 1.0)
     assert torch.allclose(G, torch.stack(rows), rtol=1e-6, atol=0)
     assert torch.equal(G[:2], torch.stack(rows[:2]))           # under the bound: untouched, bit for bit
+
+
+FEDAVGM = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 2, "momentum": 0.9,
+           "weight_decay": 1e-3, "server_lr": 0.5, "server_momentum": 0.9}
+
+
+@pytest.mark.parametrize("name,extra", [("fedavgm", {}), ("fedpa", {"burn_in": 2, "shrinkage": 0.01})])
+def test_fedavgm_rounds_batch_and_the_rest_train_one_by_one(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+    """FedAvg-M's clients (SGD-M, weight decay in ``sgd_epochs``' form) trained together in its own rounds
+    and in FedPA's burn-in; FedPA's sampling rounds after it train one by one. Three rounds of unequal
+    clients agree with the sequential run to round-off; the batched run batched exactly the FedAvg-M rounds."""
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra})
+    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    for a, b in zip(seq, bat):
+        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-5, abs=1e-5), a["round"]
+    ws = [torch.load(tmp_path / r / "posterior.pt")["w"] for r in ("seq", "bat")]
+    assert torch.allclose(ws[0], ws[1], rtol=1e-4, atol=1e-5)
+    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == extra.get("burn_in", 3)

@@ -42,7 +42,7 @@ from torch.func import grad, vmap
 from fedbayes.methods import kernels
 from fedbayes.methods.base import Method
 from fedbayes.methods.curvature import evaluation_mode
-from fedbayes.methods.local import FlatSGD, minibatches, train_local
+from fedbayes.methods.local import FlatSGD, minibatches, train_local, train_local_batched
 from fedbayes.methods.ivon import gaussian_samples_logits
 
 
@@ -159,6 +159,22 @@ class FedAvgM(Method):
     def client_update(self, k, down, state, data, rng, rnd):
         msg, loss = self.fedavg_client(down, data, rng)
         return msg, state, loss
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
+        """The FedAvg-M rounds (FedAvg-M's own, and the burn-in of FedPA, FedEP and FedSEP, whose clients
+        then run ``fedavg_client``) trained together: SGD-M from the server's w with a fresh buffer and
+        the weight-decay gradient in ``sgd_epochs``' form, (2θ)·(½ λ_wd), on the stacked weights. The EP
+        and FedPA rounds (iterate samples, tilted objectives) train one by one."""
+        if rnd > self.burn_in() or type(self).fedavg_client is not FedAvgM.fedavg_client or not self.fm.row_wise:
+            return None
+        hp, w = self.hp, down["w"]
+        wd = float(self.p.weight_decay)
+        half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
+        W, losses, _ = train_local_batched(
+            self.fm, w, datas, rngs, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
+            lr=float(hp["lr"]), optimizer="sgd", momentum=float(self.p.momentum),
+            extra_grad=(lambda W: (W * 2.0).mul_(half_wd)) if wd else None)
+        return [({"delta": w - W[c]}, st, loss) for c, (st, loss) in enumerate(zip(states, losses))]
 
     def server_update(self, server, messages, rnd):
         return self.fedavg_server(server, messages)
