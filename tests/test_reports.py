@@ -356,3 +356,48 @@ def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
     seeds_acc = [pd.read_csv(tmp_path / "runs" / exps[0] / "fedavg" / "local_epochs=5" / f"seed{s}" / "history.csv")
                  .set_index("round")["test/acc"][50] for s in p["seeds"]]
     assert c.set_index("round").fedavg[50] == pytest.approx(100 * np.mean(seeds_acc), rel=1e-5)
+
+
+def _coloured_pixels(png) -> int:
+    """Pixels of a PNG in a colour (not white, grey or black): the data of the project's figures (every
+    method has a colour); empty axes, grid lines and titles have none."""
+    from PIL import Image
+
+    a = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    return int(((a.max(-1) - a.min(-1)) > 60).sum())
+
+
+def test_no_committed_figure_is_an_empty_plot_area(repo):
+    """Every committed figure under reports/figures/ draws data (a table with no runs here shows its
+    published values, not empty axes)."""
+    figures = sorted((repo / "reports" / "figures").rglob("*.png"))
+    assert figures
+    empty = [str(f.relative_to(repo)) for f in figures if _coloured_pixels(f) < 100]
+    assert not empty, f"figures without data: {empty}"
+
+
+def test_a_table_with_no_runs_draws_its_published_values_alone(repo, tmp_path):
+    """FedEP Table 5 with its data unavailable: the curves figure shows the published accuracy and ECE,
+    the reliability figure the published ECE (no bins to draw), the .md says why; an empty panel is
+    never saved."""
+    from matplotlib.figure import Figure
+
+    from fedbayes.reports.figures import save_with_data
+
+    p = read_params(repo)
+    p["paths"] = {**p["paths"], "reports": str(tmp_path / "reports"), "work": str(tmp_path / "work"),
+                  "raw": str(tmp_path / "raw")}
+    out = tmp_path / "reports" / "fedep" / "table5.csv"
+    df = build_table(p, "fedep/table5", out)
+    assert df.status.str.startswith("not run (data unavailable").all()
+    for f in ("fedep_table5_curves.png", "fedep_table5_reliability.png"):
+        assert _coloured_pixels(tmp_path / "reports" / "figures" / f) > 100, f
+    md = out.with_suffix(".md").read_text()
+    assert "**Figures:** no experiment of this table ran here" in md and "published ECE alone" in md
+    fig = Figure()
+    ax = fig.subplots()
+    ax.axhline(50, gid="reference")
+    ax.set_title("cifar100 · accuracy")
+    with pytest.raises(ValueError, match="panels without data: cifar100 · accuracy"):
+        save_with_data(fig, tmp_path / "empty.png")
+    assert not (tmp_path / "empty.png").exists()
