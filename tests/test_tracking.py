@@ -371,3 +371,11 @@ def test_a_fresh_store_opens_the_experiment_on_its_training_runs(store, finished
     assert EXPERIMENT_KIND == "custom_model_development"   # MLflow 3's "Model training" (its UI's enum)
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     assert client.get_run(rid).info.run_name == "fedavg s0"
+    # MLflow 3.17's browser-wide GenAI switch overrides the tag: the documented link opens the runs table
+    # (workflowType=machine_learning) with the columns of a shared view naming metrics the runs have
+    from fedbayes.tracking import VIEW_KEY
+
+    view = json.loads(exp.tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
+    metrics = client.get_run(rid).data.metrics
+    assert [c for c in view["selectedColumns"] if c.startswith("metrics.")]
+    assert all(c[len("metrics.`"):-1] in metrics for c in view["selectedColumns"] if c.startswith("metrics."))

@@ -68,10 +68,19 @@ from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_se
 from fedbayes.reports.tables import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 
 NON_METRICS = {"round"}
+EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)
 # MLflow 3 opens an experiment on the view its tag ``mlflow.experimentKind`` names; without it, on an empty
 # GenAI dashboard (traces). "custom_model_development" is its "Model training" kind: the runs table.
 EXPERIMENT_KIND = "custom_model_development"
-EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)
+# MLflow 3.17's UI keeps a browser-wide GenAI / Model training switch that overrides the tag (GenAI
+# until switched): ``#/experiments/<id>/runs?workflowType=machine_learning`` opens the runs table, and
+# ``&viewStateShareKey=fedbayes`` with the columns below (a shared view: experiment tag
+# ``mlflow.sharedViewState.<key>``, JSON of the runs table's state): the sweep point, whether it is the
+# selected one, and the final accuracy, NLL and ECE (the default columns show no param or metric).
+VIEW_KEY = "fedbayes"
+VIEW_STATE = {"selectedColumns": ["tags.`point`", "tags.`selected`", "metrics.`final/test/acc`",
+                                  "metrics.`final/test/nll`", "metrics.`final/test/ece`", "attributes.`Duration`"],
+              "runsHiddenMode": "SHOW_ALL"}
 
 # A tracking server that does not answer fails in seconds, not after MLflow's default 7 retries with
 # exponential backoff and 120 s timeouts (minutes of silence). Set only where the environment has no value.
@@ -567,6 +576,7 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     exp_id = with_retry(get_experiment)
     with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.note.content", experiment_description(p, experiment)))
     with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.experimentKind", EXPERIMENT_KIND))  # earlier stores too
+    with_retry(lambda: client.set_experiment_tag(exp_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(VIEW_STATE)))
 
     start, end, stamps, how = run_times(run_dir, info, history)
     code = code_tags(info)
