@@ -60,7 +60,8 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     assert sorted((workdir / "reports/smoke/metrics").rglob("*.json")) == sorted(
         workdir / "reports/smoke/metrics" / r.experiment / f"{r.method}.json" for r in ran.itertuples())
     curves = pd.read_csv(workdir / f"reports/smoke/plots/table1_{exps[0]}_test_acc.csv")
-    assert set(curves.columns) == {"round", *methods} and curves["round"].max() == p["smoke"]["experiment"]["rounds"]
+    assert list(curves.columns) == ["round", "method", "test_acc"] and set(curves.method) == set(methods)
+    assert not curves.isna().any().any() and curves["round"].max() == p["smoke"]["experiment"]["rounds"]
     expected_runs = set()
     for e in exps:
         sweep = pd.read_csv(workdir / f"reports/smoke/sweeps/{e}.csv")

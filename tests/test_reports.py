@@ -333,7 +333,7 @@ def test_table_command_prints_a_summary_not_the_frame(table_params, tmp_path, ca
 def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
     """reports/metrics/<experiment>/<method>.json (`dvc metrics show`: a row per experiment × method, a
     column per metric): flat JSONs of our last-round numbers; reports/plots/*.csv (`dvc plots show`): per
-    round, the mean over seeds, a column per method."""
+    round and method, the mean over seeds (long format)."""
     from fedbayes.reports.headline import plot_files, write_headline
 
     p = table_params
@@ -351,8 +351,83 @@ def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
     assert m["test/acc"] == pytest.approx(last)
     plots = [f for f in files if f.suffix == ".csv"]
     assert plots == plot_files(p) and [f.name for f in plots] == [f"table1_{e}_test_acc.csv" for e in exps]
-    c = pd.read_csv(plots[0])
-    assert list(c.columns) == ["round", "fedavg"] and c["round"].tolist() == list(range(51))
+    c = pd.read_csv(plots[0])  # long format: a row per round × method that was evaluated, no empty cell
+    assert list(c.columns) == ["round", "method", "test_acc"] and c["round"].tolist() == list(range(51))
+    assert (c.method == "fedavg").all() and not c.isna().any().any()
     seeds_acc = [pd.read_csv(tmp_path / "runs" / exps[0] / "fedavg" / "local_epochs=5" / f"seed{s}" / "history.csv")
                  .set_index("round")["test/acc"][50] for s in p["seeds"]]
-    assert c.set_index("round").fedavg[50] == pytest.approx(100 * np.mean(seeds_acc), rel=1e-5)
+    assert c.set_index("round").test_acc[50] == pytest.approx(100 * np.mean(seeds_acc), rel=1e-5)
+
+
+def _coloured_pixels(png) -> int:
+    """Pixels of a PNG in a colour (not white, grey or black): the data of the project's figures (every
+    method has a colour); empty axes, grid lines and titles have none."""
+    from PIL import Image
+
+    a = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    return int(((a.max(-1) - a.min(-1)) > 60).sum())
+
+
+def test_no_committed_figure_is_an_empty_plot_area(repo):
+    """Every committed figure under reports/figures/ draws data (a table with no runs here shows its
+    published values, not empty axes)."""
+    figures = sorted((repo / "reports" / "figures").rglob("*.png"))
+    assert figures
+    empty = [str(f.relative_to(repo)) for f in figures if _coloured_pixels(f) < 100]
+    assert not empty, f"figures without data: {empty}"
+
+
+def test_a_table_with_no_runs_draws_its_published_values_alone(repo, tmp_path):
+    """FedEP Table 5 with its data unavailable: the curves figure shows the published accuracy and ECE,
+    the reliability figure the published ECE (no bins to draw), the .md says why; an empty panel is
+    never saved."""
+    from matplotlib.figure import Figure
+
+    from fedbayes.reports.figures import save_with_data
+
+    p = read_params(repo)
+    p["paths"] = {**p["paths"], "reports": str(tmp_path / "reports"), "work": str(tmp_path / "work"),
+                  "raw": str(tmp_path / "raw")}
+    out = tmp_path / "reports" / "fedep" / "table5.csv"
+    df = build_table(p, "fedep/table5", out)
+    assert df.status.str.startswith("not run (data unavailable").all()
+    for f in ("fedep_table5_curves.png", "fedep_table5_reliability.png"):
+        assert _coloured_pixels(tmp_path / "reports" / "figures" / f) > 100, f
+    md = out.with_suffix(".md").read_text()
+    assert "**Figures:** no experiment of this table ran here" in md and "published ECE alone" in md
+    fig = Figure()
+    ax = fig.subplots()
+    ax.axhline(50, gid="reference")
+    ax.set_title("cifar100 · accuracy")
+    with pytest.raises(ValueError, match="panels without data: cifar100 · accuracy"):
+        save_with_data(fig, tmp_path / "empty.png")
+    assert not (tmp_path / "empty.png").exists()
+
+
+def test_dvc_plots_draw_no_false_zeros(repo):
+    """reports/plots/*.csv are long format (round, method, value) with no empty cell — DVC plots an empty
+    cell as 0 (BayesADMM's and FedIVON's sampled predictive, evaluated every 5th round, fell to 0 % every
+    few rounds) — and every dvc.yaml plot reads its field through the project's template (a colour per
+    method, titled axes); `dvc plots show` embeds Vega instead of loading it from a CDN."""
+    import configparser
+
+    files = sorted((repo / "reports" / "plots").glob("*.csv"))
+    assert files
+    for f in files:
+        c = pd.read_csv(f)
+        assert list(c.columns[:2]) == ["round", "method"] and len(c.columns) == 3, f
+        assert not c.isna().any().any(), f"{f.name}: empty cells"
+        assert not c.duplicated(["round", "method"]).any(), f
+    plots = yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
+    assert len(plots) == len(files)
+    for entry in plots:
+        (title, d), = entry.items()
+        assert (repo / ".dvc" / "plots" / f"{d['template']}.json").exists(), title
+        assert d["x"] == "round" and d["x_label"] and d["y_label"] and d["title"], title
+        (csv, field), = d["y"].items()
+        assert field in pd.read_csv(repo / csv.replace("${reports_dir}", "reports")).columns, title
+    cfg = configparser.ConfigParser()
+    cfg.read(repo / ".dvc" / "config")
+    page = (repo / ".dvc" / cfg['plots']['html_template'].strip()).read_text()
+    assert "{plot_divs}" in page and "{scripts}" not in page and "<script src=" not in page
+    assert "vegaEmbed" in page

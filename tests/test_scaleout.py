@@ -39,7 +39,7 @@ def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_
     runs = client.search_runs([exp.experiment_id])
     sweep = pd.read_csv(d / f"reports/smoke/sweeps/{EXP}.csv")
     chosen = sweep[sweep.selected].point.iloc[0]
-    expected = {f"fedavg[{pt}]-seed0" for pt in sweep.point} | {f"fedavg[{chosen}]-seed1"}
+    expected = {f"fedavg s0 {pt}" for pt in sweep.point} | {f"fedavg s1 {chosen}"}
     assert sorted(r.info.run_name for r in runs) == sorted(expected)
     for r in runs:  # every run arrived whole: status, per-round series, tags, artifacts through the server
         assert r.info.status == "FINISHED" and r.data.tags["selected"] == str(chosen in r.info.run_name).lower()

@@ -45,7 +45,7 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
     run = runs[second]
     assert run.data.tags["run_key"] == "paper/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
     assert run.data.tags["selected"] == "true" and runs[other].data.tags["selected"] == "false"
-    assert run.info.run_name == "fedavg[local_epochs=5]-seed0"
+    assert run.info.run_name == "fedavg s0 local_epochs=5"  # method and seed first: the column cuts the rest
     # a new selection re-tags the runs imported under the old one
     sel.write_text('{"point": "local_epochs=1", "hparams": {"local_epochs": 1}}')
     log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run, selected=str(sel))
@@ -165,7 +165,7 @@ def test_prediction_variants_are_runs_that_filters_find(store, finished_run):
     assert len(found) == 1
     v = found[0]
     assert v.data.tags["base_method"] == "fedavg" and v.data.tags["variant"] == "mean"
-    assert v.info.status == "FINISHED" and v.info.run_name == "fedavg@mean[local_epochs=5]-seed0"
+    assert v.info.status == "FINISHED" and v.info.run_name == "fedavg@mean s0 local_epochs=5"
     assert v.data.metrics["final/test/acc"] == pytest.approx(50 * m["final"]["test/acc"])
     series = sorted((s.step, s.value) for s in client.get_metric_history(v.info.run_id, "test/acc"))
     assert [s for s, _ in series] == list(hist["round"])
@@ -358,3 +358,24 @@ def test_a_garbage_store_is_one_line_naming_it_and_the_remedy(finished_run, repo
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert "mlflow.db" in lines[0] and "not an SQLite database" in lines[0] and "move it aside" in lines[0], lines
     assert not (tmp_path / "m.runs").exists()
+
+
+def test_a_fresh_store_opens_the_experiment_on_its_training_runs(store, finished_run):
+    """MLflow 3 chooses an experiment's page by its tag ``mlflow.experimentKind``: without it, the page
+    opened on an empty GenAI dashboard (traces) and the runs were one click away under "Model training"."""
+    from fedbayes.tracking import EXPERIMENT_KIND, log_run
+
+    p, _, client = store
+    rid = log_run(p, "fmnist10-iid-k10", "fedavg", "default", 0, finished_run)
+    exp = client.get_experiment_by_name("fmnist10-iid-k10")
+    assert EXPERIMENT_KIND == "custom_model_development"   # MLflow 3's "Model training" (its UI's enum)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert client.get_run(rid).info.run_name == "fedavg s0"
+    # MLflow 3.17's browser-wide GenAI switch overrides the tag: the documented link opens the runs table
+    # (workflowType=machine_learning) with the columns of a shared view naming metrics the runs have
+    from fedbayes.tracking import VIEW_KEY
+
+    view = json.loads(exp.tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
+    metrics = client.get_run(rid).data.metrics
+    assert [c for c in view["selectedColumns"] if c.startswith("metrics.")]
+    assert all(c[len("metrics.`"):-1] in metrics for c in view["selectedColumns"] if c.startswith("metrics."))

@@ -69,6 +69,18 @@ from fedbayes.reports.tables import PERCENT as ACC_METRICS  # logged in %, the t
 
 NON_METRICS = {"round"}
 EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)
+# MLflow 3 opens an experiment on the view its tag ``mlflow.experimentKind`` names; without it, on an empty
+# GenAI dashboard (traces). "custom_model_development" is its "Model training" kind: the runs table.
+EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI keeps a browser-wide GenAI / Model training switch that overrides the tag (GenAI
+# until switched): ``#/experiments/<id>/runs?workflowType=machine_learning`` opens the runs table, and
+# ``&viewStateShareKey=fedbayes`` with the columns below (a shared view: experiment tag
+# ``mlflow.sharedViewState.<key>``, JSON of the runs table's state): the sweep point, whether it is the
+# selected one, and the final accuracy, NLL and ECE (the default columns show no param or metric).
+VIEW_KEY = "fedbayes"
+VIEW_STATE = {"selectedColumns": ["tags.`point`", "tags.`selected`", "metrics.`final/test/acc`",
+                                  "metrics.`final/test/nll`", "metrics.`final/test/ece`", "attributes.`Duration`"],
+              "runsHiddenMode": "SHOW_ALL"}
 
 # A tracking server that does not answer fails in seconds, not after MLflow's default 7 retries with
 # exponential backoff and 120 s timeouts (minutes of silence). Set only where the environment has no value.
@@ -563,6 +575,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
 
     exp_id = with_retry(get_experiment)
     with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.note.content", experiment_description(p, experiment)))
+    with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.experimentKind", EXPERIMENT_KIND))  # earlier stores too
+    with_retry(lambda: client.set_experiment_tag(exp_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(VIEW_STATE)))
 
     start, end, stamps, how = run_times(run_dir, info, history)
     code = code_tags(info)
@@ -595,7 +609,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     for variant in ["", *variants]:
         evaluated = f"{method}@{variant}" if variant else method
         key = f"{p['scale']}/{experiment}/{evaluated}/{point}/seed{seed}"
-        name = f"{evaluated}[{point}]-seed{seed}" if point != "default" else f"{evaluated}-seed{seed}"
+        # the method and seed first: the runs table cuts a long name (the point is also a tag and params)
+        name = f"{evaluated} s{seed}" + (f" {point}" if point != "default" else "")
         if variant:  # the variant's evaluation under the plain names, plus the training's own columns
             cols = [(c, c.split("/", 1)[1]) for c in history.columns if c.startswith(f"{variant}/")] + \
                    [(c, c) for c in shared]

@@ -5,12 +5,15 @@ One colour per method across every figure of the project (``method_style``); a p
 method family, a column per (experiment, metric), mean ± std over seeds (seaborn), the published
 values as filled markers with error bars in the method's colour, one legend per row outside the axes,
 axis limits that keep every curve's end in view. Reliability diagrams: per method, the final round's
-15 confidence bins pooled over seeds (from metrics.json), with the ECE.
+15 confidence bins pooled over seeds (from metrics.json), with the ECE. A table none of whose experiments
+ran here (data unavailable) gets its published values alone (``published_only``), and no figure is saved
+with an empty plot area (``save_with_data``).
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +50,32 @@ COLORS = {
     "fola": "#d95f02", "fedcurv": "#e6ab02", "scaffold": "#66a61e", "fednova": "#a6761d", "fedbe": "#7f7f7f",
 }
 SPARE = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+
+
+def empty_axes(fig: Figure) -> list[str]:
+    """The titles (or positions) of the figure's visible axes that draw no data: no line with points,
+    no scatter or error-bar collection, no bar, no image (grid lines, reference lines and text are not data)."""
+    def has_data(ax) -> bool:
+        lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 0 and ln.get_gid() != "reference"]
+        return bool(lines or [c for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())]
+                    or [p for p in ax.patches if p.get_height() != 0] or ax.images)
+    return [ax.get_title() or f"axes {i}" for i, ax in enumerate(fig.axes)
+            if ax.get_visible() and ax.axison and not has_data(ax)]  # a panel with its axis off is a note
+
+
+def save_with_data(fig: Figure, path: str | Path, dpi: int = 110) -> Path:
+    """``save_figure_atomic``, refused (ValueError naming the panels) when a visible panel draws no data
+    or the figure has no panel at all: no figure of the project is an empty plot area."""
+    empty = empty_axes(fig)
+    if empty or not fig.axes:
+        raise ValueError(f"{path}: not saved, {'panels without data: ' + '; '.join(empty) if empty else 'no panel'}")
+    return save_figure_atomic(fig, path, dpi=dpi)
+
+
+def _suptitle(fig: Figure, title: str, width_in: float, fontsize: float = 10) -> None:
+    """The figure's title wrapped to its width (a long table title is not clipped on both sides)."""
+    chars = max(int(width_in * 72 / (0.55 * fontsize)), 20)
+    fig.suptitle("\n".join(textwrap.fill(part, chars) for part in title.split("\n")), fontsize=fontsize)
 
 
 def method_style(name: str) -> dict:
@@ -101,19 +130,24 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
     ours = comparable_experiments(spec)
     exps = [x for x in ours if experiment_status(p, x) == "ok"]
     skipped = [x for x in ours if x not in exps]
+    if not exps:  # nothing ran here: the paper's numbers alone, not empty axes
+        return published_only(p, spec, path, [m for m in spec.get("metrics", []) if m in METRICS])
     metrics = [m for m in METRICS if m in ("test/acc", "test/nll") or m in spec.get("metrics", [])]
     methods = {x: [m for m in spec["methods"] if split_variant(m)[0] in experiment_config(p, x)["methods"]] for x in exps}
     families = list(dict.fromkeys(family_of(split_variant(m)[0]) for x in exps for m in methods[x]))
-    cols = [(x, metric) for x in exps for metric in metrics]
+    data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
+    # a (experiment, metric) column no run recorded (an ECE the runs did not evaluate) is left out
+    cols = [(x, metric) for x in exps for metric in metrics if any((data[(x, m)][1].metric == metric).any()
+                                                                    for m in methods[x])]
     with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
-        fig = Figure(figsize=(2.9 * max(len(cols), 1) + 3.2, 2.3 * max(len(families), 1) + 0.6), layout="constrained")
+        width = 2.9 * max(len(cols), 1) + 3.2
+        fig = Figure(figsize=(width, 2.3 * max(len(families), 1) + 0.6), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(max(len(families), 1), max(len(cols), 1), squeeze=False, sharex="col")
         title = spec.get("title", "")
         if skipped:
             title += ("\n" if title else "") + "not run here (data unavailable): " + ", ".join(skipped)
-        fig.suptitle(title, fontsize=10)
-        data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
+        _suptitle(fig, title, width)
         for i, fam in enumerate(families):
             for j, (x, metric) in enumerate(cols):
                 ax = axes[i][j]
@@ -139,9 +173,14 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                                     fmt="o", ms=4, color=st["color"], mec="black", mew=0.5, capsize=2.5, zorder=5,
                                     label="published (mean ± std), in the method's colour")
                         ends += ys
+                if not ends:  # no method of this row on this experiment: a note, not empty axes
+                    ax.axis("off")
+                    ax.text(0.5, 0.5, f"no {fam.split(' (')[0]} method\non {x}", ha="center", va="center",
+                            fontsize=7, transform=ax.transAxes)
+                    continue
                 if metric == "test/acc":
                     for target in spec.get("targets", {}).get(x, []):
-                        ax.axhline(target, ls=":", lw=0.8, color="grey")
+                        ax.axhline(target, ls=":", lw=0.8, color="grey", gid="reference")
                 lim = _limits(ends, np.concatenate(values) if values else np.array([]), metric)
                 if lim:
                     ax.set_ylim(*lim)
@@ -164,7 +203,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
             if handles:
                 axes[i][-1].legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.02, 1.0),
                                    fontsize=7, frameon=False, title=fam, title_fontsize=7)
-        return save_figure_atomic(fig, path, dpi=110)
+        return save_with_data(fig, path, dpi=110)
 
 
 def reliability(p: dict, spec: dict, path: str | Path) -> Path:
@@ -180,11 +219,9 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
     exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
     bases = list(dict.fromkeys(split_variant(m)[0] for m in spec["methods"]))
     cells = [(x, b) for x in exps for b in bases if b in experiment_config(p, x)["methods"]]
-    if not cells:  # every experiment's data unavailable here: the figure says so
-        fig = Figure(figsize=(6, 1.2))
-        FigureCanvasAgg(fig)
-        fig.text(0.5, 0.5, f"{spec.get('title', '')}: no run here (data unavailable)", ha="center", va="center")
-        return save_figure_atomic(fig, path)
+    if not cells:  # every experiment's data unavailable here: no bins to draw, the published ECE alone
+        return published_only(p, spec, path, ["test/ece"],
+                              "no reliability bins: no run here and the paper prints none")
     ncol = min(6, len(bases))
     rows_per_exp = math.ceil(len(bases) / ncol)
     with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
@@ -193,8 +230,6 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
         axes = fig.subplots(rows_per_exp * len(exps), ncol, squeeze=False)
         for ax in axes.flat:
             ax.set_visible(False)
-        import textwrap
-
         fig.suptitle(textwrap.fill(f"{spec.get('title', '')}: reliability at the final round (bins pooled over seeds; "
                                    f"bar = accuracy in the bin, hatched = gap to its mean confidence, diagonal = "
                                    f"perfect calibration; bins of fewer than {MIN_BIN} points not drawn)",
@@ -208,7 +243,8 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
                 bins = [read_metrics(run_dir(p, x, base, point, s)).get("reliability", [])
                         for s in seeds(p, x, base)]
                 if not bins or not all(bins):
-                    ax.set_title(f"{base}\n{x}: no bins", fontsize=7)
+                    ax.axis("off")
+                    ax.text(0.5, 0.5, f"{base}\n{x}: no bins", ha="center", va="center", fontsize=7)
                     continue
                 lower = np.array([b["lower"] for b in bins[0]])
                 upper = np.array([b["upper"] for b in bins[0]])
@@ -224,7 +260,7 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
                        edgecolor="white", linewidth=0.4)
                 ax.bar(lower, np.nan_to_num(conf_b - acc_b), bottom=np.nan_to_num(acc_b), width=upper - lower,
                        align="edge", color="none", edgecolor="crimson", hatch="///", linewidth=0.4)
-                ax.plot([0, 1], [0, 1], color="black", lw=0.8, ls="--")
+                ax.plot([0, 1], [0, 1], color="black", lw=0.8, ls="--", gid="reference")
                 ax.set_xlim(0, 1)
                 ax.set_ylim(0, 1)
                 ax.set_title(f"{base} · {x}\nECE {ece:.3f}", fontsize=7)
@@ -232,4 +268,67 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
                 if k % ncol == 0:
                     ax.set_ylabel("accuracy", fontsize=7)
                 ax.set_xlabel("confidence", fontsize=7)
-        return save_figure_atomic(fig, path, dpi=110)
+        return save_with_data(fig, path, dpi=110)
+
+
+def published_only(p: dict, spec: dict, path: str | Path, metrics: list[str], why: str = "") -> Path:
+    """The figure of a table none of whose experiments ran here: its published values alone, a panel per
+    (experiment, metric) with a published number, the methods down the y-axis in the table's order, one
+    marker per published round (or rounds-to-target target) with the paper's ± std, in the method's colour.
+    A cell the paper leaves blank ("—", a target not reached) has no marker. ValueError (nothing saved) if
+    the table publishes none of ``metrics``."""
+    import seaborn as sns
+
+    from fedbayes.reports.published import published_rounds, published_row, published_value
+
+    refs = spec.get("published", [])
+    to_target = spec.get("statistic") == "rounds_to_target"
+    markers = ["o", "s", "^", "D", "v", "P"]
+    panels = []
+    for x in comparable_experiments(spec):
+        found = published_row(refs, x)
+        keys = (found[1].get("targets", []) if to_target else published_rounds(refs, x)) if found else []
+        for metric in metrics:
+            rows = []
+            for method in spec["methods"]:
+                for k, key in enumerate(keys):
+                    v = published_value(refs, x, method, metric, target=key) if to_target else \
+                        published_value(refs, x, method, metric, key)
+                    if v and v[0] is not None:
+                        rows.append((method, k, key, v[0], 0.0 if math.isnan(v[1]) else v[1]))
+            if rows:
+                panels.append((x, metric, keys, rows))
+    with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
+        n_methods = max((len({r[0] for r in rows}) for *_, rows in panels), default=1)
+        width = 3.6 * max(len(panels), 1) + 1.6
+        fig = Figure(figsize=(width, 0.24 * n_methods + 1.9), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0] if panels else []
+        for ax, (x, metric, keys, rows) in zip(axes, panels):
+            names = list(dict.fromkeys(r[0] for r in rows))
+            for method, k, key, mean, std in rows:
+                y = names.index(method) + (k - (len(keys) - 1) / 2) * 0.18
+                ax.errorbar([mean], [y], xerr=[std], fmt=markers[k % len(markers)], ms=4.5, capsize=2,
+                            color=method_style(method)["color"], mec="black", mew=0.5)
+            ax.set_yticks(range(len(names)), names, fontsize=7)
+            ax.invert_yaxis()
+            ax.margins(x=0.08, y=0.06)  # a marker at the extremes is not cut by the frame
+            ax.set_xlabel(f"rounds to reach the target {METRICS[metric][0].split(' (')[0]}" if to_target
+                          else METRICS[metric][0], fontsize=8)
+            ax.set_title(x, fontsize=8)
+            from matplotlib.lines import Line2D
+
+            what = "target" if to_target else "round"
+            unit = " %" if to_target and metric == "test/acc" else ""
+            ax.legend([Line2D([], [], ls="", marker=markers[k % len(markers)], color="white", mec="black")
+                       for k in range(len(keys))], [f"{what} {key}{unit}" for key in keys], fontsize=7,
+                      frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        if not panels:  # no run and no published number (a smoke-scale table): a note with no plot area
+            fig.text(0.5, 0.5, textwrap.fill(f"{spec.get('title', '')}: no run here and no published value to "
+                                             "draw", 80), ha="center", va="center", fontsize=9)
+            return save_figure_atomic(fig, path, dpi=110)
+        reason = why or "not run here (data unavailable)"
+        _suptitle(fig, f"{spec.get('title', '')}\npublished values alone (mean ± std as printed; "
+                       f"{reason}: {', '.join(comparable_experiments(spec))}; no marker where the paper prints —)",
+                  width, fontsize=9)
+        return save_with_data(fig, path, dpi=110)

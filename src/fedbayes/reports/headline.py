@@ -6,9 +6,12 @@ params.yaml ``headline`` names the table, the metrics and the curves:
   value}`` (the table's statistic over seeds at the experiment's last reported round; accuracy in %, as in
   the tables), so that ``dvc metrics show`` prints a row per experiment × method and a column per metric.
   A cell with no number of ours (not run) is left out: JSON has no NaN.
-- ``<reports>/plots/<table>_<experiment>_<metric>.csv``: per round, the mean over seeds of the metric,
-  a column per table method (``bayesadmm@mean``: the runs' point predictions); a round a method did not
-  evaluate is an empty cell. An experiment that did not run here has the header only.
+- ``<reports>/plots/<table>_<experiment>_<metric>.csv``: long format, ``round,method,<metric>`` (``test_acc``):
+  a row per round and table method (``bayesadmm@mean``: the runs' point predictions) with the mean over
+  seeds of the metric. A round a method did not evaluate has no row (BayesADMM's and FedIVON's sampled
+  predictive: every 5th round), not an empty cell, which DVC would draw as 0. An experiment that did not
+  run here has the header only. dvc.yaml's ``plots:`` draw them with .dvc/plots/method_lines.json (a
+  colour per method); ``dvc plots show`` embeds Vega (.dvc/config ``plots.html_template``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict
 
 
 def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> pd.DataFrame:
-    """Per round, the mean over seeds of ``metric`` of each table method on ``exp`` (its selected runs).
+    """Long format ``round, method, <slug(metric)>``: per round that a table method on ``exp`` evaluated (its
+    selected runs, every seed), the mean over seeds of ``metric``.
     In the DAG the runs exist (the table read them); run by hand, a method with a run absent (a rerun in
     progress) gets no column and its name is added to ``absent``."""
     from fedbayes.reports.selection import run_dir, selected_point
@@ -75,9 +79,11 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
             if all(col in h for h in runs):
                 v = pd.concat([h[col] for h in runs], axis=1).mean(axis=1, skipna=False)
                 cols[method] = v * (100.0 if metric in PERCENT else 1.0)
-    df = pd.DataFrame(cols)
-    df.index.name = "round"
-    return df.dropna(how="all").reset_index()
+    long = [pd.DataFrame({"round": v.index, "method": m, slug(metric): v.to_numpy()}).dropna()
+            for m, v in cols.items()]
+    if not long:
+        return pd.DataFrame(columns=["round", "method", slug(metric)])
+    return pd.concat(long, ignore_index=True).astype({"round": int})
 
 
 def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list[str] | None = None) -> list[Path]:

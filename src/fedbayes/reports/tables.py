@@ -385,6 +385,12 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
         lines += [f"{r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
     lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)
     lines += _not_run_notes(df)
+    figures = table_figures(name, spec)
+    if figures and not any(experiment_status(p, x) == "ok" for x in comparable_experiments(spec)):
+        lines += ["", "**Figures:** no experiment of this table ran here, so there are no learning curves: "
+                  + "; ".join(f"`{f}` shows " + ("the published values alone" if f.endswith("_curves.png") else
+                                                  "the published ECE alone (the paper prints no reliability bins)")
+                              for f in figures) + "."]
     notes = spec.get("notes")
     if notes and Path(notes).exists():
         lines += ["", Path(notes).read_text().strip()]
