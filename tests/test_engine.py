@@ -178,6 +178,8 @@ def test_run_json_records_code_identity_and_numerics(tmp_path, synthetic_run_dat
     run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["numerics"] == numerics("fedavg")
+    # the defaults it read from its spec (weight_decay 0.0, mc_round0 ...), none of what its config sets
+    assert info["defaults"]["weight_decay"] == 0.0 and not set(info["defaults"]) & set(info["config"]["hparams"])
     assert info["code"] == code_identity() and len(info["code"]["source"]) == 16
     assert info["code"]["torch"] == torch.__version__.split("+")[0] or info["code"]["torch"] == torch.__version__
 

@@ -532,6 +532,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
+    from fedbayes.catalog import recorded_defaults
+
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
     history = read_history(run_dir, info)
@@ -582,7 +584,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
                  "diverged_reason": info["diverged"]["reason"]}
     if chosen is not None:
         base["selected"] = str(chosen == point).lower()
-    params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items()]
+    # the resolved configuration and the defaults the method read from its spec (catalog.recorded_defaults)
+    params = [Param(k, str(v)[:6000]) for k, v in flatten({**cfg, "defaults": recorded_defaults(info)}).items()]
     rows = list(zip(history["round"], stamps))
 
     def series(col: str, as_name: str):

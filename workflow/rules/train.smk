@@ -9,11 +9,15 @@
 
 
 def numerics_key(wc):
-    """The rerun rule (fedbayes.catalog): a finished run is rerun when its resolved configuration or the
-    numerics version of its method or of the core changes, never because a source file was edited."""
-    from fedbayes.catalog import numerics
+    """The rerun rule (fedbayes.catalog): a finished run is rerun when its resolved configuration, the
+    defaults its method reads from its spec, or the numerics version of its method or of the core
+    changes, never because a source file was edited. The defaults enter only where they differ from the
+    frozen record (catalog.defaults_key), so the key of a run under today's defaults is what it was."""
+    from fedbayes.catalog import defaults_key, numerics
 
-    return json.dumps(numerics(wc.method), sort_keys=True)
+    hp = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)["hparams"]
+    changed = defaults_key(wc.method, hp)
+    return json.dumps({**numerics(wc.method), **({"defaults": changed} if changed else {})}, sort_keys=True)
 
 
 def changed_config(wc):
@@ -21,10 +25,11 @@ def changed_config(wc):
     other numerics versions than the code declares, is stale, also where Snakemake has no record of
     the params it ran with (a fresh clone, a DVC pull): then a marker naming what changed is written
     (new mtime) and made an input, so the run reruns. A run whose record matches needs nothing (a clone
-    adopts it). A run.json without ``numerics`` was trained at version 1 of each. A damaged run.json or
+    adopts it). A run.json without ``numerics`` was trained at version 1 of each; one without
+    ``defaults`` under the frozen record (catalog.default_changes). A damaged run.json or
     history.csv (unparseable, truncated, disagreeing with each other: fedbayes.runfiles) reruns the run
     the same way, the marker naming the file."""
-    from fedbayes.catalog import numerics
+    from fedbayes.catalog import default_changes, numerics
     from fedbayes.config import config_changes
     from fedbayes.runfiles import run_problems
 
@@ -37,7 +42,10 @@ def changed_config(wc):
     changed = [f"{f} missing" for f in ("run.json", "history.csv") if f not in have] or run_problems(d)
     if not changed:
         info = json.loads((d / "run.json").read_text())
-        changed = config_changes(info["config"], run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point))
+        cfg = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)
+        changed = config_changes(info["config"], cfg)
+        changed += [f"default of {wc.method}'s {k} {then!r} -> {now!r}"
+                    for k, (then, now) in default_changes(wc.method, cfg["hparams"], info.get("defaults")).items()]
         ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)
         changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
                     for k in sorted(now) if ran.get(k) != now[k]]

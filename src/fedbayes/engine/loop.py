@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedbayes.catalog import HPARAM_DEFAULTS, numerics
+from fedbayes.catalog import HPARAM_DEFAULTS, method_defaults, numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
@@ -363,7 +363,9 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
         np.savez_compressed(tmp, **arrays)
 
     _atomic_save({k: v.cpu() for k, v in server.items()}, out / "posterior.pt")
-    info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]), "code": code_identity(),
+    info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]),
+            # what its method read from its spec where the configuration gives nothing (the rerun rule compares it)
+            "defaults": method_defaults(cfg["method"], cfg["hparams"]), "code": code_identity(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
