@@ -154,7 +154,7 @@ def test_checkpoint_not_written_by_this_code_is_set_aside(tmp_path, synthetic_ru
     full = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
     out = tmp_path / "run"
     if damage == "other code":
-        monkeypatch.setattr(loop, "resume_key", lambda: "0123456789abcdef/torch 0.0/numpy 0.0")
+        monkeypatch.setattr(loop, "resume_key", lambda method=None: "0123456789abcdef/torch 0.0/numpy 0.0")
     run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
     monkeypatch.undo()
     ckpt = out / CHECKPOINT
