@@ -390,3 +390,42 @@ def test_the_resume_key_covers_the_compiled_kernels_source(tmp_path, monkeypatch
         assert provenance.source_hash() != before
     finally:
         provenance.source_hash.cache_clear()
+
+
+def test_code_identity_says_when_the_package_sources_differ_from_the_commit(tmp_path):
+    """run.json ``code.dirty`` (MLflow tag ``git_dirty``, tests/test_tracking.py) is true for a run trained
+    from a tree whose package sources differ from its commit — an edited file or a new one — and false
+    for a clean one; a change outside the package (params.yaml, docs) decides no number and leaves it
+    clean. In a git checkout of its own, so the test does not depend on this worktree's state."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from fedbayes.provenance import PACKAGE
+
+    root = tmp_path / "clone"
+    shutil.copytree(PACKAGE, root / "src" / "fedbayes", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (root / "params.yaml").write_text("seeds: [0]\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clean"]):
+        subprocess.run(git + cmd, cwd=root, check=True, capture_output=True)
+
+    def identity() -> dict:
+        out = subprocess.run([sys.executable, "-c", "import json; from fedbayes.provenance import code_identity; "
+                              "print(json.dumps(code_identity()))"], cwd=root, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(root / "src")})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    clean = identity()
+    assert clean["commit"] and clean["dirty"] is False
+    (root / "params.yaml").write_text("seeds: [0, 1]\n")
+    assert identity()["dirty"] is False
+    loop_py = root / "src/fedbayes/engine/loop.py"
+    loop_py.write_text(loop_py.read_text() + "\n# modified\n")
+    edited = identity()
+    assert edited["dirty"] is True and edited["commit"] == clean["commit"] and edited["source"] != clean["source"]
+    subprocess.run(["git", "checkout", "--", "src"], cwd=root, check=True)
+    (root / "src/fedbayes/methods/extra.py").write_text("X = 1\n")
+    assert identity()["dirty"] is True
