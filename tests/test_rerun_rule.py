@@ -7,7 +7,9 @@ sources the workflow runs (``PYTHONPATH=<copy>/src``), so that the tests can edi
   record of the params (the same working copy) and without it (a fresh clone: the run.json marker);
 - a core numerics bump plans every run;
 - an edit of a default a method reads from its spec plans exactly the runs that read it (with and
-  without Snakemake's record), which then record the new default and plan nothing.
+  without Snakemake's record), which then record the new default and plan nothing;
+- a change of a method's numbers without a numerics version bump stops the DAG naming the method (the
+  numerics check: its golden replayed when the code changed since the last check; a refactor is adopted).
 """
 
 from __future__ import annotations
@@ -61,11 +63,42 @@ def all_runs(d: Path) -> set[tuple[str, str, str, str]]:
 
 def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert planned_training(built) == set()
+    checked = mtimes(built, "work/numerics/*.json")
+    assert set(checked) == {"work/numerics/fedavg.json", "work/numerics/fedprox.json"}
+    assert planned_training(built) == set() and mtimes(built, "work/numerics/*.json") == checked  # no edit: no check
     for rel in ("src/fedbayes/methods/fedavg.py", "src/fedbayes/methods/base.py", "src/fedbayes/engine/loop.py",
                 "src/fedbayes/eval/metrics.py"):
         f = built / rel
         f.write_text(f.read_text() + "\n\ndef _a_refactor_helper():  # behaviour-preserving edit\n    return None\n")
     assert planned_training(built) == set()
+    # the numerics check ran again on the edited code, found the same numbers and adopted it silently
+    from fedbayes.engine.replay import golden_name
+
+    record = json.loads((built / "work/numerics/fedavg.json").read_text())
+    assert mtimes(built, "work/numerics/*.json") != checked and record["result"] == "bit-identical"
+    assert record["golden"] == str(built / "tests/golden/numerics" / golden_name("fedavg"))   # the committed one
+
+
+def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
+    """The numerics rule was enforced by the test suite only: a change of FedAvg's arithmetic without a
+    numerics version bump left its finished runs adopted, tabulated beside runs of the new code with
+    nothing said. The DAG now replays the method's numerics golden (3 rounds of a tiny problem, about a
+    second) when the code has changed since its last check, and stops with one line naming the method
+    and the first differing value; with the bump, the method's runs are planned instead."""
+    assert planned_training(built) == set()
+    f = built / "src/fedbayes/methods/prox.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
+    old = 'w_g, alpha = down["w"], float(self.hp["alpha"])'
+    assert f.read_text().count(old) == 2   # the sequential client (a CPU's) first, then the batched one
+    f.write_text(f.read_text().replace(old, old + " * (1 + 1e-3)", 1))
+    out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False)
+    said = [line for line in out.splitlines() if "changed without a numerics version bump" in line]
+    assert said and len(set(said)) == 1, out[-3000:]
+    assert re.search(r"fedprox's numbers changed without a numerics version bump: round \d+: \S+ \S+ != \S+", said[0]), said
+    assert "fedavg" not in said[0] and not re.search(r"^rule train:", out, re.M)
+    catalog = built / "src/fedbayes/catalog.py"
+    catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
+    planned = planned_training(built)
+    assert planned and {r[1] for r in planned} == {"fedprox"}
 
 
 @pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
