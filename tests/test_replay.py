@@ -21,14 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 # the golden's problem and comparison are the package's: the workflow's numerics check runs them too
 from fedbayes.engine.replay import GOLDEN_SIZES, golden_diffs, make_golden
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "numerics"
-TIMING = ("time_s", "wall_s", "eval_s")
 
 # One committed run per method whose first round this machine class retrains bit for bit: its cheapest
 # run trained on an AVX2 CPU (runs trained elsewhere before the AVX2 cap in fedbayes/__init__.py differ
