@@ -154,7 +154,7 @@ def test_checkpoint_not_written_by_this_code_is_set_aside(tmp_path, synthetic_ru
     full = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
     out = tmp_path / "run"
     if damage == "other code":
-        monkeypatch.setattr(loop, "resume_key", lambda: "0123456789abcdef/torch 0.0/numpy 0.0")
+        monkeypatch.setattr(loop, "resume_key", lambda method=None: "0123456789abcdef/torch 0.0/numpy 0.0")
     run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
     monkeypatch.undo()
     ckpt = out / CHECKPOINT
@@ -178,6 +178,8 @@ def test_run_json_records_code_identity_and_numerics(tmp_path, synthetic_run_dat
     run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["numerics"] == numerics("fedavg")
+    # the defaults it read from its spec (weight_decay 0.0, mc_round0 ...), none of what its config sets
+    assert info["defaults"]["weight_decay"] == 0.0 and not set(info["defaults"]) & set(info["config"]["hparams"])
     assert info["code"] == code_identity() and len(info["code"]["source"]) == 16
     assert info["code"]["torch"] == torch.__version__.split("+")[0] or info["code"]["torch"] == torch.__version__
 
@@ -388,3 +390,42 @@ def test_the_resume_key_covers_the_compiled_kernels_source(tmp_path, monkeypatch
         assert provenance.source_hash() != before
     finally:
         provenance.source_hash.cache_clear()
+
+
+def test_code_identity_says_when_the_package_sources_differ_from_the_commit(tmp_path):
+    """run.json ``code.dirty`` (MLflow tag ``git_dirty``, tests/test_tracking.py) is true for a run trained
+    from a tree whose package sources differ from its commit — an edited file or a new one — and false
+    for a clean one; a change outside the package (params.yaml, docs) decides no number and leaves it
+    clean. In a git checkout of its own, so the test does not depend on this worktree's state."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from fedbayes.provenance import PACKAGE
+
+    root = tmp_path / "clone"
+    shutil.copytree(PACKAGE, root / "src" / "fedbayes", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (root / "params.yaml").write_text("seeds: [0]\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clean"]):
+        subprocess.run(git + cmd, cwd=root, check=True, capture_output=True)
+
+    def identity() -> dict:
+        out = subprocess.run([sys.executable, "-c", "import json; from fedbayes.provenance import code_identity; "
+                              "print(json.dumps(code_identity()))"], cwd=root, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(root / "src")})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    clean = identity()
+    assert clean["commit"] and clean["dirty"] is False
+    (root / "params.yaml").write_text("seeds: [0, 1]\n")
+    assert identity()["dirty"] is False
+    loop_py = root / "src/fedbayes/engine/loop.py"
+    loop_py.write_text(loop_py.read_text() + "\n# modified\n")
+    edited = identity()
+    assert edited["dirty"] is True and edited["commit"] == clean["commit"] and edited["source"] != clean["source"]
+    subprocess.run(["git", "checkout", "--", "src"], cwd=root, check=True)
+    (root / "src/fedbayes/methods/extra.py").write_text("X = 1\n")
+    assert identity()["dirty"] is True

@@ -232,3 +232,73 @@ def test_a_method_whose_implementation_cannot_be_imported_is_refused_at_validati
     out = python(f"import sys; from fedbayes.config import load_params; load_params({str(repo / 'params.yaml')!r}); "
                  "print('torch' in sys.modules)", env, repo)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monkeypatch, synthetic_run_data, cfg_factory):
+    """A plug-in's package, version and code were recorded nowhere: run.json, MLflow and the checkpoint's
+    resume key (``provenance.resume_key``: fedbayes' own sources) were the same whatever the plug-in's code,
+    so a checkpoint was resumed onto an edited plug-in. Now its distribution name, version and a hash of
+    its package's files are in run.json (``plugin``), the MLflow tags (``plugin``, ``plugin_version``,
+    ``plugin_source``) and the resume key: an edit of its code sets the checkpoint aside. A built-in
+    method records nothing new (its runs' files and keys are unchanged)."""
+    import importlib
+    import shutil
+
+    import fedbayes.catalog  # noqa: F401  (see test_the_example_method_steps_the_server_towards_the_average)
+    from fedbayes import provenance
+    from fedbayes.engine import run_federated
+    from fedbayes.engine.loop import CHECKPOINT
+    from fedbayes.methods.spec import _load, method_specs
+    from fedbayes.tracking import code_tags
+
+    copy = tmp_path / "plugin"
+    shutil.copytree(FIXTURE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    plugin_path(tmp_path)
+    for entry in (copy, tmp_path / "site"):
+        monkeypatch.syspath_prepend(str(entry))
+    for name in [m for m in sys.modules if m.split(".")[0] == "fedbayes_example_method"]:
+        monkeypatch.delitem(sys.modules, name)   # imported from FIXTURE by an earlier test: from the copy now
+    method_specs.cache_clear()
+    _load.cache_clear()
+    provenance.plugin_identity.cache_clear()
+    importlib.reload(fedbayes.catalog)   # its tables (numerics versions, specs) with the plug-in
+    try:
+        ident = provenance.plugin_identity(KEY)
+        assert ident["distribution"] == "fedbayes-example-method" and ident["version"] == "0.1.0"
+        assert re.fullmatch(r"[0-9a-f]{16}", ident["source"])
+        assert provenance.plugin_identity("fedavg") is None and provenance.resume_key("fedavg") == provenance.resume_key()
+        assert provenance.resume_key(KEY).startswith(provenance.resume_key() + "/")
+        assert ident["source"] in provenance.resume_key(KEY) and "0.1.0" in provenance.resume_key(KEY)
+
+        cfg = cfg_factory(method=KEY, rounds=3)
+        out = tmp_path / "run"
+        run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
+        info = json.loads((tmp_path / "full" / "run.json").read_text())
+        assert info["plugin"] == ident
+        tags = code_tags(info)
+        assert (tags["plugin"], tags["plugin_version"], tags["plugin_source"]) == (
+            "fedbayes-example-method", "0.1.0", ident["source"])
+        # a built-in method's run.json and tags: nothing new
+        run_federated(cfg_factory(rounds=1), synthetic_run_data, tmp_path / "builtin", torch.device("cpu"),
+                      log=lambda m: None)
+        builtin = json.loads((tmp_path / "builtin" / "run.json").read_text())
+        assert "plugin" not in builtin and not any(k.startswith("plugin") for k in code_tags(builtin))
+
+        # killed after round 1; the plug-in's code is edited; the checkpoint is not resumed onto it
+        run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=lambda m: None, stop_after=1)
+        algo = copy / "fedbayes_example_method" / "algorithm.py"
+        algo.write_text(algo.read_text() + "\n# an edit of the plug-in's code\n")
+        provenance.plugin_identity.cache_clear()
+        assert provenance.plugin_identity(KEY)["source"] != ident["source"]
+        logs = []
+        run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+        said = [m for m in logs if "set aside" in m]
+        assert len(said) == 1 and "other code" in said[0] and not any("resuming" in m for m in logs), logs
+        assert (out / (CHECKPOINT + ".set-aside")).exists()
+        assert json.loads((out / "run.json").read_text())["plugin"]["source"] == provenance.plugin_identity(KEY)["source"]
+    finally:
+        monkeypatch.undo()
+        method_specs.cache_clear()
+        _load.cache_clear()
+        provenance.plugin_identity.cache_clear()
+        importlib.reload(fedbayes.catalog)

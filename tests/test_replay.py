@@ -21,11 +21,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# the golden's problem and comparison are the package's: the workflow's numerics check runs them too
+from fedbayes.engine.replay import GOLDEN_SIZES, golden_diffs, make_golden
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "numerics"
-TIMING = ("time_s", "wall_s", "eval_s")
 
 # One committed run per method whose first round this machine class retrains bit for bit: its cheapest
 # run trained on an AVX2 CPU (runs trained elsewhere before the AVX2 cap in fedbayes/__init__.py differ
@@ -54,10 +55,9 @@ def _method_names() -> list[str]:
 
 
 def golden_path(method: str) -> Path:
-    from fedbayes.catalog import numerics
+    from fedbayes.engine.replay import golden_name
 
-    v = numerics(method)
-    return GOLDEN / f"{method}.v{v['core']}.{v['method']}.json"
+    return GOLDEN / golden_name(method)
 
 
 def _experiment_for(params: dict, method: str) -> str:
@@ -78,47 +78,17 @@ def golden_hparams(method: str) -> dict:
     params = load_params(REPO / "params.yaml", scale="smoke")
     experiment = _experiment_for(params, method)
     hp = method_hparams(params, experiment, method, next(iter(sweep_points(params, experiment, method))))
-    hp.update(local_epochs=2, batch_size=32, server_iters=20, pred_samples=3, mc_every=1, burn_in=1,
-              laplace_epochs=1, ngvi_epochs=1, ngvi_samples=2)
+    hp.update(GOLDEN_SIZES)
     if "variant" in hp:  # fedep / fedsep (no experiment runs them): the FedEP family's clients run SGD-M
         hp["optimizer"] = "sgd"
     return hp
-
-
-def golden_history(method: str, hp: dict, tmp: Path) -> list[dict]:
-    """The method on a tiny synthetic problem: 4 Dirichlet clients, a 32-16 ReLU MLP, 3 rounds."""
-    import numpy as np
-
-    from fedbayes.data import make_synthetic
-    from fedbayes.engine import RunData, preprocess, run_federated
-    from fedbayes.partition import make_partition
-
-    a = make_synthetic()
-    idx = np.arange(400)
-    parts = [idx[p] for p in make_partition(a["y_train"][idx], 4, "dirichlet", np.random.default_rng(0), min_size=8)]
-    noise = np.random.default_rng(1).integers(0, 256, size=(50, 28, 28), dtype=np.uint8)
-    data = RunData(x_train=preprocess(a["x_train"], "unit"), y_train=torch.from_numpy(a["y_train"]).long(),
-                   x_test=preprocess(a["x_test"][:100], "unit"), y_test=torch.from_numpy(a["y_test"][:100]).long(),
-                   x_ood=preprocess(noise, "unit"), n_classes=10, parts=parts)
-    cfg = {"experiment": "numerics-golden", "method": method, "point": "default", "seed": 0, "scale": "smoke",
-           "dataset": "synthetic", "ood": "noise", "subsample": 1.0, "clients": 4, "partition": {"scheme": "dirichlet"},
-           "participation": 1.0, "rounds": 3, "model": {"name": "mlp", "hidden": [32, 16], "activation": "relu"},
-           "input_scale": "unit", "hparams": hp, "save_rounds": [1, 2, 3]}
-    torch.set_num_threads(1)
-    return run_federated(cfg, data, tmp, torch.device("cpu"), log=lambda m: None)
-
-
-def _as_text(history: list[dict]) -> list[dict]:
-    """History rows as the CSV writer writes them (``str`` of each value), timing columns left out."""
-    return [{k: ("" if v is None else str(v)) for k, v in row.items() if k not in TIMING} for row in history]
 
 
 def write_golden(method: str, tmp: Path) -> Path:
     hp = golden_hparams(method)
     path = golden_path(method)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"method": method, "hparams": hp, "history": _as_text(golden_history(method, hp, tmp))},
-                               indent=1) + "\n")
+    path.write_text(json.dumps(make_golden(method, hp, tmp), indent=1) + "\n")
     return path
 
 
@@ -127,13 +97,9 @@ def test_method_numerics_match_their_golden(method, tmp_path):
     path = golden_path(method)
     assert path.exists(), (f"{method}: no golden for numerics version {path.name}; after a deliberate numerics "
                            f"change write it with `python tests/test_replay.py {method}`")
-    golden = json.loads(path.read_text())
-    want, got = golden["history"], _as_text(golden_history(method, golden["hparams"], tmp_path))
-    diffs = [f"round {w['round']}: {k} {w[k]} != {g.get(k, '<absent>')}"
-             for w, g in zip(want, got) for k in w if w[k] != g.get(k, "")]
-    assert len(want) == len(got) and not diffs, (
-        f"{method}'s numbers changed without a numerics version bump (its spec's numerics, "
-        f"fedbayes/methods/builtin.py, or CORE_NUMERICS, fedbayes/catalog.py): {diffs[:4]}")
+    diffs = golden_diffs(json.loads(path.read_text()), tmp_path)
+    assert not diffs, (f"{method}'s numbers changed without a numerics version bump (its spec's numerics, "
+                       f"fedbayes/methods/builtin.py, or CORE_NUMERICS, fedbayes/catalog.py): {diffs[:4]}")
 
 
 @pytest.mark.parametrize("method", sorted(REPLAYED))
@@ -156,6 +122,35 @@ def test_committed_run_replays_bit_for_bit(method):
     diffs = replay_run(run, rounds=1, raw=str(raw))
     assert not diffs, (f"{method}: the committed run {REPLAYED[method]} no longer replays: {diffs[:4]}; a change "
                        f"that alters numbers bumps {method}'s spec's numerics (fedbayes/methods/builtin.py) or CORE_NUMERICS")
+
+
+def test_the_workflows_numerics_check_adopts_same_numbers_and_names_the_first_other_one(tmp_path):
+    """engine.replay.numerics_check, which the DAG runs when a method's code changed since its last check
+    (workflow/rules/train.smk; the DAG's side: tests/test_rerun_rule.py): a method without a committed
+    golden (a plug-in) gets a baseline from a run's hyperparameters on its first check; the record makes
+    the next check due only when the code changes; a golden the code no longer computes is one line
+    naming the method and the first differing value, and records nothing; a damaged golden names its file."""
+    from fedbayes.engine.replay import check_due, golden_name, numerics_check
+
+    record, empty = tmp_path / "work" / "fedavg.json", tmp_path / "none"
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
+    assert check_due("fedavg", record)
+    assert numerics_check("fedavg", empty, record, hp) is None
+    baseline = record.parent / golden_name("fedavg")
+    assert json.loads(record.read_text())["result"] == "baseline written" and baseline.exists()
+    assert not check_due("fedavg", record)
+    assert numerics_check("fedavg", empty, record) is None and json.loads(record.read_text())["result"] == "bit-identical"
+    golden = json.loads(baseline.read_text())
+    golden["history"][2]["test/acc"] = "0.123"
+    baseline.write_text(json.dumps(golden))
+    record.unlink()
+    problem = numerics_check("fedavg", empty, record)
+    assert problem.startswith("fedavg's numbers changed without a numerics version bump: round 2: test/acc 0.123 != ")
+    assert "\n" not in problem and not record.exists() and check_due("fedavg", record)
+    baseline.write_text("{not json")
+    assert numerics_check("fedavg", empty, record).startswith(f"fedavg: its numerics golden {baseline} is unreadable")
+    assert numerics_check("fedprox", empty, tmp_path / "work" / "fedprox.json") == (
+        f"fedprox: no numerics golden {empty / golden_name('fedprox')} and no run configuration to make one")
 
 
 def test_every_method_with_committed_runs_is_replayed():

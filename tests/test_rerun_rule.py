@@ -5,11 +5,16 @@ sources the workflow runs (``PYTHONPATH=<copy>/src``), so that the tests can edi
 - a behaviour-preserving edit of method and engine code plans no training job;
 - a numerics version bump of one method plans exactly that method's runs, with Snakemake's own
   record of the params (the same working copy) and without it (a fresh clone: the run.json marker);
-- a core numerics bump plans every run.
+- a core numerics bump plans every run;
+- an edit of a default a method reads from its spec plans exactly the runs that read it (with and
+  without Snakemake's record), which then record the new default and plan nothing;
+- a change of a method's numbers without a numerics version bump stops the DAG naming the method (the
+  numerics check: its golden replayed when the code changed since the last check; a refactor is adopted).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -58,11 +63,42 @@ def all_runs(d: Path) -> set[tuple[str, str, str, str]]:
 
 def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert planned_training(built) == set()
+    checked = mtimes(built, "work/numerics/*.json")
+    assert set(checked) == {"work/numerics/fedavg.json", "work/numerics/fedprox.json"}
+    assert planned_training(built) == set() and mtimes(built, "work/numerics/*.json") == checked  # no edit: no check
     for rel in ("src/fedbayes/methods/fedavg.py", "src/fedbayes/methods/base.py", "src/fedbayes/engine/loop.py",
                 "src/fedbayes/eval/metrics.py"):
         f = built / rel
         f.write_text(f.read_text() + "\n\ndef _a_refactor_helper():  # behaviour-preserving edit\n    return None\n")
     assert planned_training(built) == set()
+    # the numerics check ran again on the edited code, found the same numbers and adopted it silently
+    from fedbayes.engine.replay import golden_name
+
+    record = json.loads((built / "work/numerics/fedavg.json").read_text())
+    assert mtimes(built, "work/numerics/*.json") != checked and record["result"] == "bit-identical"
+    assert record["golden"] == str(built / "tests/golden/numerics" / golden_name("fedavg"))   # the committed one
+
+
+def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
+    """The numerics rule was enforced by the test suite only: a change of FedAvg's arithmetic without a
+    numerics version bump left its finished runs adopted, tabulated beside runs of the new code with
+    nothing said. The DAG now replays the method's numerics golden (3 rounds of a tiny problem, about a
+    second) when the code has changed since its last check, and stops with one line naming the method
+    and the first differing value; with the bump, the method's runs are planned instead."""
+    assert planned_training(built) == set()
+    f = built / "src/fedbayes/methods/prox.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
+    old = 'w_g, alpha = down["w"], float(self.hp["alpha"])'
+    assert f.read_text().count(old) == 2   # the sequential client (a CPU's) first, then the batched one
+    f.write_text(f.read_text().replace(old, old + " * (1 + 1e-3)", 1))
+    out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False)
+    said = [line for line in out.splitlines() if "changed without a numerics version bump" in line]
+    assert said and len(set(said)) == 1, out[-3000:]
+    assert re.search(r"fedprox's numbers changed without a numerics version bump: round \d+: \S+ \S+ != \S+", said[0]), said
+    assert "fedavg" not in said[0] and not re.search(r"^rule train:", out, re.M)
+    catalog = built / "src/fedbayes/catalog.py"
+    catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
+    planned = planned_training(built)
+    assert planned and {r[1] for r in planned} == {"fedprox"}
 
 
 @pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
@@ -98,3 +134,56 @@ def test_a_core_numerics_bump_reruns_every_run(built):
     run(f"snakemake --cores 2 {TABLE}", built)
     after = mtimes(built, "results/runs/*/*/*/*/history.csv")
     assert before and all(after[k] != before[k] for k in before)
+
+
+@pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
+def test_an_edited_spec_default_reruns_the_runs_that_read_it(built, metadata):
+    """The defaults a method reads from its spec (``self.p``) were in no run's record: editing one changed
+    the numbers of the next run and reran none. FedProx's prox_norm (squared → unsquared, a default its
+    runs here do not set; FedAvg does not read it) plans FedProx's runs only, naming the default; once
+    rerun, their run.json records it and nothing is planned."""
+    if metadata == "fresh clone":
+        shutil.rmtree(built / ".snakemake")
+    assert planned_training(built) == set()
+    spec = built / "src/fedbayes/methods/builtin.py"
+    text = spec.read_text()
+    assert text.count('hparam("squared", enum("squared", "unsquared")') == 1
+    spec.write_text(text.replace('hparam("squared", enum("squared", "unsquared")', 'hparam("unsquared", enum("squared", "unsquared")'))
+    want = {r for r in all_runs(built) if r[1] == "fedprox"}
+    planned = planned_training(built)
+    assert planned and planned <= want and {r for r in want if r[3] == "0"} <= planned
+    marker = next((built / "work/changed/synth-k4/fedprox").rglob("*.txt"))
+    assert "default of fedprox's prox_norm 'squared' -> 'unsquared'" in marker.read_text()
+    if metadata == "fresh clone":
+        return
+    run(f"snakemake --cores 2 {TABLE}", built)
+    runs = sorted((built / "results/runs/synth-k4/fedprox").glob("*/seed*/run.json"))
+    assert runs and all(json.loads(r.read_text())["defaults"]["prox_norm"] == "unsquared" for r in runs)
+    assert planned_training(built) == set()
+    shutil.rmtree(built / ".snakemake")   # a clone of the rerun runs: their record decides, and agrees
+    assert planned_training(built) == set()
+
+
+def test_a_runs_defaults_are_compared_with_its_record_or_the_frozen_one(monkeypatch):
+    """The rule behind the DAG test, per case: a run without a record was trained under the frozen
+    defaults; a recorded default compares with today's; an option added since, or a value the
+    configuration now sets, is no change of a default; a method without a frozen record (a plug-in)
+    keys every default it reads."""
+    from fedbayes import catalog
+
+    hp = {"lr": 0.1, "batch_size": 32, "local_epochs": 1}
+    now = catalog.method_defaults("fedprox", hp)
+    assert now["prox_norm"] == "squared" and "lr" not in now and "alpha" not in now   # alpha: REQUIRED
+    assert catalog.default_changes("fedprox", hp) == {} and catalog.defaults_key("fedprox", hp) == {}
+    assert catalog.default_changes("fedprox", hp, now) == {}
+    assert catalog.default_changes("fedprox", hp, {**now, "prox_norm": "unsquared"}) == {
+        "prox_norm": ("unsquared", "squared")}
+    assert catalog.default_changes("fedprox", hp, {k: v for k, v in now.items() if k != "weight_decay"}) == {}
+    assert catalog.default_changes("fedprox", {**hp, "prox_norm": "unsquared"}, now) == {}
+    monkeypatch.setitem(catalog.FROZEN_DEFAULTS, "fedprox", {**now, "weight_decay": 0.5})
+    assert catalog.default_changes("fedprox", hp) == {"weight_decay": (0.5, 0.0)}
+    assert catalog.defaults_key("fedprox", hp) == {"weight_decay": 0.0}
+    monkeypatch.delitem(catalog.FROZEN_DEFAULTS, "fedprox")
+    assert catalog.defaults_key("fedprox", hp) == now
+    # fixed hyperparameters are defaults too (fedep_i is FedEP with variant I)
+    assert catalog.method_defaults("fedep_i", {})["variant"] == "I"

@@ -127,6 +127,24 @@ def test_provenance_and_times_are_the_training_runs(store, finished_run):
     assert "mlflow.note.content" in tags
 
 
+def test_the_defaults_a_run_read_from_its_spec_are_params(store, finished_run):
+    """MLflow's params were the resolved configuration only: the defaults the method read from its spec
+    (run.json ``defaults``) are params ``defaults.<name>`` too; a run from before run.json recorded them
+    gets its method's frozen defaults (``catalog.FROZEN_DEFAULTS``, what the rerun rule assumes it ran)."""
+    from fedbayes.tracking import log_run
+
+    p, uri, client = store
+    _edit_json(finished_run / "run.json", defaults={"weight_decay": 0.25, "mc_round0": True})
+    rid = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
+    params = client.get_run(rid).data.params
+    assert params["defaults.weight_decay"] == "0.25" and params["defaults.mc_round0"] == "True"
+    _edit_json(finished_run / "run.json", defaults=None)
+    rid = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
+    params = client.get_run(rid).data.params
+    assert params["defaults.weight_decay"] == "0.0" and params["defaults.client_stream"] == "independent"
+    assert "defaults.lr" not in params   # set by its configuration (and REQUIRED)
+
+
 def test_a_run_json_without_code_or_times_imports_as_unknown_not_head(store, finished_run):
     """Runs trained before run.json recorded them: commit "unknown" (not the importer's HEAD); the end is
     bounded by when run.json was written, the duration is the history's (training + evaluation)."""

@@ -349,6 +349,17 @@ def cmd_replay(args) -> None:
         sys.exit(1)
 
 
+def cmd_numerics_check(args) -> None:
+    """The workflow's numerics rule (engine.replay.numerics_check): exit 0 with the method's check recorded,
+    or 1 with one line naming the method and the first value its code no longer computes."""
+    from fedbayes.engine.replay import numerics_check
+
+    problem = numerics_check(args.method, args.goldens, args.record, json.loads(args.hparams) if args.hparams else None)
+    if problem:
+        print(f"fedbayes numerics-check: {problem}", file=sys.stderr)
+        sys.exit(1)
+
+
 def cmd_table(args) -> None:
     from fedbayes.reports.tables import build_table, built_files, table_summary
 
@@ -504,6 +515,14 @@ def main(argv=None) -> None:
     sp.add_argument("--rounds", type=int, default=1)
     sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data)")
     sp.set_defaults(fn=cmd_replay)
+
+    sp = sub.add_parser("numerics-check", help="replay a method's numerics golden; record the code it holds for "
+                                               "(the workflow runs it when the code changed since the last check)")
+    sp.add_argument("method")
+    sp.add_argument("--goldens", default="tests/golden/numerics", help="the committed numerics goldens")
+    sp.add_argument("--record", required=True, help="the check's record (work/numerics/<method>.json)")
+    sp.add_argument("--hparams", help="JSON: a run's hyperparameters, for a method without a committed golden")
+    sp.set_defaults(fn=cmd_numerics_check)
 
     sp = with_params(sub.add_parser("table", help="build a table (ours vs published)"))
     sp.add_argument("table")

@@ -2,8 +2,8 @@
 
 ``code_identity()`` is recorded in every run.json (MLflow's ``mlflow.source.git.commit`` reads it) and
 keys every checkpoint: a checkpoint is resumed only by the exact code and library versions that wrote
-it (``resume_key``), while a *finished* run is adopted by any code that keeps its numbers (the numerics
-versions in ``fedbayes.catalog``). Torch-free.
+it (``resume_key``; a plug-in method's package too, ``plugin_identity``), while a *finished* run is
+adopted by any code that keeps its numbers (the numerics versions in ``fedbayes.catalog``). Torch-free.
 """
 
 from __future__ import annotations
@@ -57,7 +57,45 @@ def code_identity() -> dict:
             "torch": _version("torch"), "numpy": _version("numpy")}
 
 
-def resume_key() -> str:
-    """What a checkpoint must have been written by to be resumed: the sources and library versions."""
+def _tree_hash(modules: list[str]) -> str:
+    """SHA-256 (16 hex) over the source and data files (``SOURCE_SUFFIXES``) of top-level modules or
+    packages, found on sys.path without importing them; a module that cannot be found hashes as missing."""
+    import importlib.util
+
+    h = hashlib.sha256()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        roots = list(spec.submodule_search_locations or []) if spec is not None else []
+        files = [(Path(r), f) for r in roots for f in Path(r).rglob("*")
+                 if f.suffix in SOURCE_SUFFIXES and "__pycache__" not in f.parts] if roots else \
+                [(Path(spec.origin).parent, Path(spec.origin))] if spec is not None and spec.origin else []
+        h.update(name.encode() + (b"\0" if files or spec is not None else b"\0missing\0"))
+        for root, f in sorted(files, key=lambda rf: str(rf[1].relative_to(rf[0]))):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def plugin_identity(method: str) -> dict | None:
+    """``{"distribution", "version", "source"}`` of an installed package's method (entry-point group
+    ``fedbayes.methods``): its distribution's name and version, and a hash of the files of the packages
+    its spec and implementation live in (``source_hash`` covers fedbayes' own only); None for a built-in
+    method, whose run.json, MLflow tags and resume key therefore carry nothing new. In run.json
+    (``plugin``), the MLflow tags and ``resume_key``."""
+    from fedbayes.methods.spec import plugin_origin
+
+    origin = plugin_origin(method)
+    if origin is None:
+        return None
+    name, version, modules = origin
+    return {"distribution": name, "version": version, "source": _tree_hash(modules)}
+
+
+def resume_key(method: str | None = None) -> str:
+    """What a checkpoint must have been written by to be resumed: the sources and library versions, and
+    for an installed package's method its distribution, version and source hash (``plugin_identity``),
+    so a checkpoint is never resumed onto an edited plug-in."""
     c = code_identity()
-    return f"{c['source']}/torch {c['torch']}/numpy {c['numpy']}"
+    key = f"{c['source']}/torch {c['torch']}/numpy {c['numpy']}"
+    p = plugin_identity(method) if method is not None else None
+    return key if p is None else f"{key}/plugin {p['distribution']} {p['version']} {p['source']}"

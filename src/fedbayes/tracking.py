@@ -10,7 +10,10 @@ What an imported run says is the training's, not the import's:
 - ``git_sha`` / ``mlflow.source.git.commit``: the commit that trained the run (run.json ``code``), with
   ``git_dirty`` (its package sources differed from that commit) and ``source_hash``; a run.json from before
   code identity was recorded gives ``git_sha = unknown`` (never the importer's HEAD) and no
-  ``mlflow.source.git.commit``.
+  ``mlflow.source.git.commit``; an installed package's method adds ``plugin``, ``plugin_version`` and
+  ``plugin_source`` (run.json ``plugin``: its distribution, version and a hash of its package's files).
+- params: the run's resolved configuration and ``defaults.<name>``, the defaults its method read from its
+  spec (run.json ``defaults``; a run from before that record: ``catalog.FROZEN_DEFAULTS``).
 - start / end time: run.json ``started`` / ``finished``; where they were not recorded (older runs) the end
   is bounded by when run.json was written (its mtime, or the commit that added it if earlier) and the start
   is the end less the history's training + evaluation seconds. Tag ``times`` says which.
@@ -341,7 +344,8 @@ def unit_scale(metric: str, variants=()) -> float:
 
 
 def code_tags(info: dict) -> dict[str, str]:
-    """Tags of the code that trained the run, from run.json ``code`` (provenance.code_identity)."""
+    """Tags of the code that trained the run, from run.json ``code`` (provenance.code_identity) and, for an
+    installed package's method, ``plugin`` (provenance.plugin_identity)."""
     code = info.get("code") or {}
     commit, dirty = code.get("commit"), code.get("dirty")
     tags = {"git_sha": commit or "unknown",
@@ -350,6 +354,10 @@ def code_tags(info: dict) -> dict[str, str]:
     if commit:  # the UI shows it (6 characters) beside the source name in a run's "Source" row
         tags |= {"mlflow.source.git.commit": commit, "mlflow.source.name": "fedbayes train",
                  "mlflow.source.type": "LOCAL"}
+    plugin = info.get("plugin")   # an installed package's method (provenance.plugin_identity)
+    if plugin:
+        tags |= {"plugin": str(plugin.get("distribution")), "plugin_version": str(plugin.get("version")),
+                 "plugin_source": str(plugin.get("source"))}
     return tags
 
 
@@ -544,6 +552,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
+    from fedbayes.catalog import recorded_defaults
+
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
     history = read_history(run_dir, info)
@@ -596,7 +606,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
                  "diverged_reason": info["diverged"]["reason"]}
     if chosen is not None:
         base["selected"] = str(chosen == point).lower()
-    params = [Param(k, str(v)[:6000]) for k, v in flatten(cfg).items()]
+    # the resolved configuration and the defaults the method read from its spec (catalog.recorded_defaults)
+    params = [Param(k, str(v)[:6000]) for k, v in flatten({**cfg, "defaults": recorded_defaults(info)}).items()]
     rows = list(zip(history["round"], stamps))
 
     def series(col: str, as_name: str):

@@ -9,11 +9,44 @@
 
 
 def numerics_key(wc):
-    """The rerun rule (fedbayes.catalog): a finished run is rerun when its resolved configuration or the
-    numerics version of its method or of the core changes, never because a source file was edited."""
-    from fedbayes.catalog import numerics
+    """The rerun rule (fedbayes.catalog): a finished run is rerun when its resolved configuration, the
+    defaults its method reads from its spec, or the numerics version of its method or of the core
+    changes, never because a source file was edited. The defaults enter only where they differ from the
+    frozen record (catalog.defaults_key), so the key of a run under today's defaults is what it was."""
+    from fedbayes.catalog import defaults_key, numerics
 
-    return json.dumps(numerics(wc.method), sort_keys=True)
+    hp = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)["hparams"]
+    changed = defaults_key(wc.method, hp)
+    return json.dumps({**numerics(wc.method), **({"defaults": changed} if changed else {})}, sort_keys=True)
+
+
+_NUMERICS_CHECKED = {}
+
+
+def numerics_checked(method, hparams):
+    """The numerics rule, enforced here (fedbayes.engine.replay.numerics_check): the first time a DAG
+    meets a finished run of ``method`` while the code (fedbayes' sources, a plug-in's package, the
+    numerics versions) differs from the code of the method's last check (work/numerics/<method>.json),
+    its numerics golden is replayed (3 rounds of a tiny problem, one CPU thread, about a second after
+    torch's import): the same numbers adopt the code silently; others stop the DAG before any job, one
+    line naming the method and the first differing value. Unchanged code costs a source hash, nothing
+    else; each method is checked once a process."""
+    if method in _NUMERICS_CHECKED:
+        return
+    from fedbayes.engine.replay import check_due
+
+    record = f"{WORK}/numerics/{method}.json"
+    if check_due(method, record):
+        import subprocess
+
+        r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "numerics-check", method, "--record", record,
+                            "--goldens", str(Path(workflow.basedir, "tests/golden/numerics")),
+                            "--hparams", json.dumps(hparams)], capture_output=True, text=True)
+        if r.returncode != 0:
+            lines = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()
+            line = next((l for l in lines if l.startswith("fedbayes numerics-check: ")), lines[-1])
+            raise WorkflowError(line)
+    _NUMERICS_CHECKED[method] = True
 
 
 def changed_config(wc):
@@ -21,10 +54,12 @@ def changed_config(wc):
     other numerics versions than the code declares, is stale, also where Snakemake has no record of
     the params it ran with (a fresh clone, a DVC pull): then a marker naming what changed is written
     (new mtime) and made an input, so the run reruns. A run whose record matches needs nothing (a clone
-    adopts it). A run.json without ``numerics`` was trained at version 1 of each. A damaged run.json or
+    adopts it). A run.json without ``numerics`` was trained at version 1 of each; one without
+    ``defaults`` under the frozen record (catalog.default_changes). A damaged run.json or
     history.csv (unparseable, truncated, disagreeing with each other: fedbayes.runfiles) reruns the run
-    the same way, the marker naming the file."""
-    from fedbayes.catalog import numerics
+    the same way, the marker naming the file. A finished run is adopted only by code that computes its
+    method's numbers as the code of the last numerics check did (numerics_checked)."""
+    from fedbayes.catalog import default_changes, numerics
     from fedbayes.config import config_changes
     from fedbayes.runfiles import run_problems
 
@@ -37,7 +72,11 @@ def changed_config(wc):
     changed = [f"{f} missing" for f in ("run.json", "history.csv") if f not in have] or run_problems(d)
     if not changed:
         info = json.loads((d / "run.json").read_text())
-        changed = config_changes(info["config"], run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point))
+        cfg = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)
+        numerics_checked(wc.method, cfg["hparams"])
+        changed = config_changes(info["config"], cfg)
+        changed += [f"default of {wc.method}'s {k} {then!r} -> {now!r}"
+                    for k, (then, now) in default_changes(wc.method, cfg["hparams"], info.get("defaults")).items()]
         ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)
         changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
                     for k in sorted(now) if ran.get(k) != now[k]]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedbayes.catalog import HPARAM_DEFAULTS, numerics
+from fedbayes.catalog import HPARAM_DEFAULTS, method_defaults, numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
@@ -36,7 +36,7 @@ from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import ClientData, Method, build_method
 from fedbayes.methods.base import RunContext
 from fedbayes.models import FlatModel, build_model
-from fedbayes.provenance import code_identity, resume_key
+from fedbayes.provenance import code_identity, plugin_identity, resume_key
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -146,9 +146,9 @@ def _divergence(losses: list[float], server: dict) -> str | None:
     return f"non-finite server state ({', '.join(sorted(bad))})" if bad else None
 
 
-def _resumable(path: Path, key: str, device, log) -> dict | None:
+def _resumable(path: Path, key: str, device, log, method: str | None = None) -> dict | None:
     """The checkpoint at ``path`` if this configuration and this exact code (sources and library
-    versions, ``provenance.resume_key``) wrote it; otherwise None, and a checkpoint that exists is set
+    versions, a plug-in ``method``'s package, ``provenance.resume_key``) wrote it; otherwise None, and a checkpoint that exists is set
     aside as ``checkpoint.pt.set-aside`` with one line saying why (the run restarts: resuming onto other
     code would give a run that matches neither version)."""
     if not path.exists():
@@ -163,8 +163,8 @@ def _resumable(path: Path, key: str, device, log) -> dict | None:
             why = "not a fedbayes checkpoint"
         elif state.get("config_hash") != key:
             why = f"another configuration ({state.get('config_hash')} != {key})"
-        elif state.get("code") != resume_key():
-            why = f"written by other code ({state.get('code')}; this is {resume_key()})"
+        elif state.get("code") != resume_key(method):
+            why = f"written by other code ({state.get('code')}; this is {resume_key(method)})"
     if why is None:
         return state
     aside = path.with_name(path.name + ".set-aside")
@@ -232,7 +232,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
                for p in parts]
 
     ckpt_path = out / CHECKPOINT
-    state = _resumable(ckpt_path, key, device, log)
+    state = _resumable(ckpt_path, key, device, log, cfg["method"])
     if state is None:
         started = _now()
         server, client_states = method.init_state(fm.flat_params())
@@ -299,7 +299,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         history.append(row)
         if rnd in save_rounds:
             saved[rnd] = logp
-        _atomic_save({"config_hash": key, "code": resume_key(), "round": rnd, "server": server,
+        _atomic_save({"config_hash": key, "code": resume_key(cfg["method"]), "round": rnd, "server": server,
                       "clients": client_states, "history": history, "saved": saved, "wall": wall, "started": started}, ckpt_path)
         if stop_after is not None and rnd >= stop_after:
             return history
@@ -363,7 +363,11 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
         np.savez_compressed(tmp, **arrays)
 
     _atomic_save({k: v.cpu() for k, v in server.items()}, out / "posterior.pt")
-    info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]), "code": code_identity(),
+    info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]),
+            # what its method read from its spec where the configuration gives nothing (the rerun rule compares it)
+            "defaults": method_defaults(cfg["method"], cfg["hparams"]), "code": code_identity(),
+            # an installed package's method: its distribution, version and source hash (built-in: nothing)
+            **({"plugin": plugin_identity(cfg["method"])} if plugin_identity(cfg["method"]) else {}),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),

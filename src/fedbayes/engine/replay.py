@@ -6,6 +6,13 @@ so every change that alters a method's numbers must bump that method's (or the c
 ``fedbayes.catalog``. ``replay_run`` retrains a run's first rounds with the code at hand, from the
 configuration its ``run.json`` recorded, and returns the history columns that differ bit for bit;
 ``tests/test_replay.py`` runs it on one committed run per method.
+
+The workflow enforces the rule itself with the cheaper half of that test (``numerics_check``, the CLI's
+``numerics-check``, run by the DAG: workflow/rules/train.smk): a method's numerics golden — 3 rounds of
+a tiny synthetic problem, ``tests/golden/numerics/<method>.v<core>.<version>.json`` — replayed whenever
+the code (fedbayes' sources, a plug-in's package) differs from the code of the method's last check;
+bit-identical numbers adopt the code silently, others stop the DAG with one line naming the method and
+the first differing value (docs/workflow.md: cost and cadence).
 """
 
 from __future__ import annotations
@@ -79,3 +86,136 @@ def _params_for(cfg: dict, raw: str) -> dict:
     keys = ("dataset", "subsample", "clients", "partition")
     return {"paths": {"raw": raw}, "scale": cfg.get("scale", "paper"),
             "experiments": {cfg["experiment"]: {k: cfg[k] for k in keys}}}
+
+
+# what a golden's run is shrunk to: seconds on a CPU, whatever the method's real settings
+GOLDEN_SIZES = dict(local_epochs=2, batch_size=32, server_iters=20, pred_samples=3, mc_every=1, burn_in=1,
+                    laplace_epochs=1, ngvi_epochs=1, ngvi_samples=2)
+
+
+def golden_name(method: str) -> str:
+    """``<method>.v<core>.<method version>.json``: a golden holds one numerics version's numbers."""
+    from fedbayes.catalog import numerics
+
+    v = numerics(method)
+    return f"{method}.v{v['core']}.{v['method']}.json"
+
+
+def golden_history(method: str, hp: dict, tmp: str | Path) -> list[dict]:
+    """The method on a tiny synthetic problem: 4 Dirichlet clients, a 32-16 ReLU MLP, 3 rounds, one CPU
+    thread (what a numerics golden records)."""
+    import numpy as np
+    import torch
+
+    from fedbayes.data import make_synthetic
+    from fedbayes.engine import RunData, preprocess, run_federated
+    from fedbayes.partition import make_partition
+
+    a = make_synthetic()
+    idx = np.arange(400)
+    parts = [idx[p] for p in make_partition(a["y_train"][idx], 4, "dirichlet", np.random.default_rng(0), min_size=8)]
+    noise = np.random.default_rng(1).integers(0, 256, size=(50, 28, 28), dtype=np.uint8)
+    data = RunData(x_train=preprocess(a["x_train"], "unit"), y_train=torch.from_numpy(a["y_train"]).long(),
+                   x_test=preprocess(a["x_test"][:100], "unit"), y_test=torch.from_numpy(a["y_test"][:100]).long(),
+                   x_ood=preprocess(noise, "unit"), n_classes=10, parts=parts)
+    cfg = {"experiment": "numerics-golden", "method": method, "point": "default", "seed": 0, "scale": "smoke",
+           "dataset": "synthetic", "ood": "noise", "subsample": 1.0, "clients": 4, "partition": {"scheme": "dirichlet"},
+           "participation": 1.0, "rounds": 3, "model": {"name": "mlp", "hidden": [32, 16], "activation": "relu"},
+           "input_scale": "unit", "hparams": hp, "save_rounds": [1, 2, 3]}
+    torch.set_num_threads(1)
+    return run_federated(cfg, data, tmp, torch.device("cpu"), log=lambda m: None)
+
+
+def as_text(history: list[dict]) -> list[dict]:
+    """History rows as the CSV writer writes them (``str`` of each value), timing columns left out."""
+    return [{k: ("" if v is None else str(v)) for k, v in row.items() if k not in TIMING} for row in history]
+
+
+def golden_hparams_with_defaults(golden: dict) -> dict:
+    """A golden's hyperparameters with the spec defaults it ran under filled in: its ``defaults`` (a golden
+    written since they are recorded), else ``catalog.FROZEN_DEFAULTS`` (the defaults when the committed
+    goldens were written). An edited default is a configuration change (the rerun rule reruns the runs
+    that read it), not a numbers change of the code: the golden is replayed under its own defaults."""
+    from fedbayes.catalog import FROZEN_DEFAULTS
+
+    defaults = golden["defaults"] if "defaults" in golden else FROZEN_DEFAULTS.get(golden["method"], {})
+    return {**defaults, **golden["hparams"]}
+
+
+def make_golden(method: str, hp: dict, tmp: str | Path) -> dict:
+    """A numerics golden of the code at hand: its hyperparameters, the spec defaults it read, its history."""
+    from fedbayes.catalog import method_defaults
+
+    return {"method": method, "hparams": hp, "defaults": method_defaults(method, hp),
+            "history": as_text(golden_history(method, hp, tmp))}
+
+
+def golden_diffs(golden: dict, tmp: str | Path) -> list[str]:
+    """``round N: column golden != now`` for each value of a golden (``{"method", "hparams", "history"}``,
+    and ``defaults``) the code at hand computes otherwise; [] when it gives the golden bit for bit."""
+    want, got = golden["history"], as_text(golden_history(golden["method"], golden_hparams_with_defaults(golden), tmp))
+    diffs = [f"round {w['round']}: {k} {w[k]} != {g.get(k, '<absent>')}" for w, g in zip(want, got) for k in w
+             if w[k] != g.get(k, "")]
+    return diffs + ([f"{len(want)} rounds != {len(got)}"] if len(want) != len(got) else [])
+
+
+def code_fingerprint(method: str) -> str:
+    """What the method's numbers are computed by: fedbayes' sources (``provenance.source_hash``, the
+    shared core and every method: one hash, no import graph to keep right), a plug-in's package
+    (``provenance.plugin_identity``) and the numerics versions the run would record."""
+    from fedbayes.catalog import numerics
+    from fedbayes.provenance import plugin_identity, source_hash
+
+    plugin = plugin_identity(method)
+    v = numerics(method)
+    return f"{source_hash()}/{plugin['source'] if plugin else '-'}/v{v['core']}.{v['method']}"
+
+
+def check_due(method: str, record: str | Path) -> bool:
+    """Whether the code differs from the code of the method's last check (its record ``record``: none,
+    unreadable, or another ``code_fingerprint``). Torch-free, a hash of the sources: the DAG asks it
+    for every method with finished runs, each time it is built."""
+    try:
+        return json.loads(Path(record).read_text()).get("fingerprint") != code_fingerprint(method)
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams: dict | None = None) -> str | None:
+    """Replay the method's numerics golden with the code at hand: bit-identical (or no golden yet) →
+    write ``record`` (the code's fingerprint: the check is not repeated until the code changes) and
+    return None; otherwise return one line naming the method and the first differing value, and write
+    nothing. The golden is ``goldens/<golden_name>``, else the workflow's own baseline beside ``record``,
+    which a method without a committed golden (a plug-in, a version bumped without writing one) gets
+    on its first check, from ``hparams`` (one of its runs' configurations, shrunk to ``GOLDEN_SIZES``)."""
+    from fedbayes.fileio import write_text_atomic
+
+    record = Path(record)
+    name = golden_name(method)
+    path = Path(goldens) / name
+    if not path.exists():
+        path = record.parent / name
+    with tempfile.TemporaryDirectory() as tmp:
+        if path.exists():
+            try:
+                golden = json.loads(path.read_text())
+                diffs = golden_diffs(golden, tmp)
+            except (ValueError, KeyError, TypeError) as e:
+                return f"{method}: its numerics golden {path} is unreadable ({type(e).__name__}: {e})"
+            if diffs:
+                return (f"{method}'s numbers changed without a numerics version bump: {diffs[0]} (golden {path}, "
+                        f"{len(diffs)} values differ); bump its spec's numerics (or CORE_NUMERICS in "
+                        f"fedbayes/catalog.py) and write its golden, or revert the change")
+            result = "bit-identical"
+        else:
+            if hparams is None:
+                return f"{method}: no numerics golden {Path(goldens) / name} and no run configuration to make one"
+            hp = {**hparams, **GOLDEN_SIZES}
+            golden = make_golden(method, hp, tmp)
+            record.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, json.dumps(golden, indent=1) + "\n")
+            result = "baseline written"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(record, json.dumps({"method": method, "fingerprint": code_fingerprint(method),
+                                          "golden": str(path), "result": result}, indent=1) + "\n")
+    return None

@@ -4,8 +4,9 @@ that implements each. ``fedbayes.catalog``, ``fedbayes.methods.METHODS`` and the
 hyperparameters are derived from ``SPECS``.
 
 A default is the value the implementation uses when params.yaml gives none (``REQUIRED``: it reads the
-key without one). The implementations still read their hyperparameter dict (``Method.hp``); a change of
-a default here changes documentation and validation only, not a run.
+key without one; ``self.p``). A run records the defaults it read (run.json ``defaults``), so a change of
+a default here reruns exactly the runs that read it (``catalog.default_changes``; the runs from before
+the record compare with ``methods/frozen_defaults.json``, which is never edited).
 """
 
 from __future__ import annotations

@@ -247,6 +247,7 @@ def method_specs() -> dict[str, MethodSpec]:
     out: dict[str, MethodSpec] = {s.key: s for s in SPECS}
     where: dict[str, str] = {s.key: "fedbayes" for s in SPECS}
     problems: dict[str, str] = {}
+    origins: dict[str, tuple] = {}
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         source = f"{ep.value} (entry point {ep.name})"
         try:
@@ -262,18 +263,35 @@ def method_specs() -> dict[str, MethodSpec]:
                 if where[s.key] != "fedbayes":   # two packages: neither is used (which one was meant?)
                     del out[s.key]
             else:
-                out[s.key], where[s.key] = s, source
+                out[s.key], where[s.key], origins[s.key] = s, source, (ep, s.implementation)
     for key, why in problems.items():
         warnings.warn(f"fedbayes: {why}; left out", RuntimeWarning, stacklevel=2)
     _PROBLEMS.clear()
     _PROBLEMS.update(problems)
     _SOURCES.clear()
     _SOURCES.update({k: v for k, v in where.items() if k in out and v != "fedbayes"})
+    _ORIGINS.clear()
+    _ORIGINS.update({k: v for k, v in origins.items() if k in _SOURCES})
     return out
 
 
 _PROBLEMS: dict[str, str] = {}
 _SOURCES: dict[str, str] = {}   # key → "module:SPEC (entry point name)" of each installed package's method
+_ORIGINS: dict[str, tuple] = {}   # key → (its entry point, its implementation) of each installed package's method
+
+
+def plugin_origin(key: str) -> tuple[str, str | None, list[str]] | None:
+    """(distribution name, version, the top-level modules of its spec and implementation) of an installed
+    package's method ``key``; None for a built-in one (and a key no package registers). What
+    ``provenance.plugin_identity`` records of it."""
+    method_specs()
+    if key not in _ORIGINS:
+        return None
+    ep, implementation = _ORIGINS[key]
+    dist = getattr(ep, "dist", None)
+    name = (dist.metadata["Name"] if dist is not None else None) or "unknown"
+    modules = list(dict.fromkeys(m.partition(":")[0].split(".")[0] for m in (ep.value, implementation)))
+    return name, dist.version if dist is not None else None, modules
 
 
 def plugin_problems() -> dict[str, str]:
