@@ -45,7 +45,7 @@ def missing_marker(experiment, method, files):
     return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", missing)
 
 
-def selected_runs(experiment, method):
+def selected_runs(experiment, method, table_csv):
     """Input function: the runs of the selected point (all seeds) and the (experiment, method)'s MLflow
     import marker.
 
@@ -55,13 +55,18 @@ def selected_runs(experiment, method):
     existing selections are read, so waiting on a selection that does not exist yet made the table look up
     to date ("Nothing to be done") and hid every other edit of it. The table then reruns, the selection
     job runs (its output is a missing input), and when it finishes Snakemake re-evaluates this function,
-    which then reads the selected point and asks for its runs on every seed."""
+    which then reads the selected point and asks for its runs on every seed. The marker only where the
+    table exists (``table_csv``): a table not built yet is built anyway, and a marker first written after
+    the data checkpoint, while the DAG is re-evaluated, is one Snakemake's file-existence cache has already
+    seen missing (MissingInputException in a fresh checkout's first build)."""
 
     def inputs(wc):
         if not experiment_available(experiment):
             return []
         selected = f"{RUNS}/{experiment}/{method}/selected.json"
         if not Path(selected).exists():
+            if not Path(table_csv).exists():
+                return [selected]
             return [selected] + missing_marker(experiment, method, [selected])
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
@@ -100,7 +105,7 @@ for _table, _spec in config["tables"].items():
         name:
             f"table_{_table.replace('/', '_')}"
         input:
-            *[selected_runs(e, m) for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
+            *[selected_runs(e, m, f"{REPORTS}/{_table}.csv") for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
             status=table_status(_exps),
             sweeps=sweep_reports(_table, _spec, _exps),
             notes=[in_report(_spec["notes"], _table, "notes", "notes")] if "notes" in _spec else [],
