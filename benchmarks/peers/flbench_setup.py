@@ -15,7 +15,7 @@ extension points:
   src/server/peersfedavg.py       a method file (class PeersFedAvgServer(FedAvgServer), FL-bench's FedAvg
                                   client and server unchanged) that builds the 784-200-100-10 sigmoid MLP as
                                   a DecoupledModel from fedbayes's initial weights, feeds raw 0–255 pixels
-                                  (no Normalize) and records the centralised test accuracy after each round
+                                  (undoes BaseDataset's /255, no Normalize) and records the centralised test accuracy after each round
   config/peers_fedavg.yaml        defaults.yaml with the protocol's values
 """
 
@@ -73,8 +73,15 @@ class PeersFedAvgServer(FedAvgServer):
         m.load_state_dict(sd)
         super().init_model(model=m, preprocess_func=preprocess_func, postprocess_func=postprocess_func)
 
+    def get_dataset(self):
+        # raw 0-255 pixels, as fedbayes's `input_scale: raw` for this experiment: FL-bench's BaseDataset
+        # divides any data above 1 by 255 (_rescale_data); undone once here, exactly (round to the integers)
+        dataset = super().get_dataset()
+        dataset.data = torch.round(dataset.data * 255.0)
+        return dataset
+
     def get_dataset_transforms(self):
-        # raw 0-255 pixels, as fedbayes's `input_scale: raw` for this experiment (FL-bench would Normalize)
+        # and no Normalize (FL-bench's default for fmnist: mean 0.286, std 0.3205 on the [0, 1] pixels)
         none = transforms.Compose([])
         return dict(train_data_transform=none, train_target_transform=none,
                     test_data_transform=none, test_target_transform=none)
@@ -142,7 +149,9 @@ FIDELITY = {
     "client optimiser": "Adam per client; FL-bench's server keeps each client's optimizer state_dict and hands it back "
                         "next round when `reset_optimizer_on_global_epoch: false` (its default is true: fresh Adam every round)",
     "data split": "the same rows: fedbayes's partition for seed 0 written as FL-bench's partition.pkl; pixels from the same "
-                  "IDX files (torchvision's FashionMNIST reader), raw 0–255 floats (FL-bench's Normalize switched off)",
+                  "IDX files (torchvision's FashionMNIST reader), raw 0–255 floats: FL-bench's BaseDataset divides by 255 "
+                  "(_rescale_data) and its transforms Normalize; the method file undoes the first (x·255, rounded: "
+                  "the same integers) and drops the second",
     "initial model": "the same weights: fedbayes's initial state_dict (export_init.py) loaded into a DecoupledModel "
                      "(base = Linear-Sigmoid-Linear-Sigmoid, classifier = Linear), the same architecture",
     "local loop": "FL-bench's FedAvgClient.fit unchanged: DataLoader(batch 32, shuffle=True) per epoch, E epochs; it skips a "

@@ -23,7 +23,7 @@ def _ours(work: Path, peer: str) -> dict:
     rows = list(csv.DictReader(open(work / f"ours_{peer}" / "history.csv")))
     rounds = [r for r in rows if int(r["round"]) >= 1]
     per = [float(r["time_s"]) + float(r["eval_s"]) for r in rounds]
-    return {"name": "fedbayes", "rc": m["rc"], "wall_s": m["wall_s"], "rounds": len(rounds),
+    return {"name": "fedbayes", "rc": m["rc"], "wall_s": m["wall_s"], "cpu_s": m["cpu_s_seen"], "rounds": len(rounds),
             "s_per_round": m["wall_s"] / max(len(rounds), 1),
             "steady_s_per_round": sum(per[1:]) / max(len(per) - 1, 1),
             "peak_pss_mib": m["peak_pss_mib"], "peak_rss_sum_mib": m["peak_rss_sum_mib"],
@@ -32,7 +32,7 @@ def _ours(work: Path, peer: str) -> dict:
 
 def _peer(work: Path, peer: str) -> dict:
     m = json.loads((work / f"{peer}.measure.json").read_text())
-    row = {"name": peer, "rc": m["rc"], "wall_s": m["wall_s"], "peak_pss_mib": m["peak_pss_mib"],
+    row = {"name": peer, "rc": m["rc"], "wall_s": m["wall_s"], "cpu_s": m["cpu_s_seen"], "peak_pss_mib": m["peak_pss_mib"],
            "peak_rss_sum_mib": m["peak_rss_sum_mib"], "processes": m["max_processes"]}
     res = work / f"{peer}.json"
     if m["rc"] == 0 and res.exists():
@@ -77,13 +77,14 @@ def md(a) -> None:
              "OMP/MKL threads 1), CPU only. Written by `bash benchmarks/peers/run.sh` (benchmarks/peers/table.py "
              "from peers.json).", "",
              "Columns: wall = the whole command (start-up, data, every round, evaluation); s/round = wall / rounds; "
-             "steady s/round = rounds 2…R only (train + evaluate; a Flower run's first round also starts its Ray "
+             "CPU s = user + system seconds of all the run's processes (what it cost the machine, less sensitive "
+             "than wall to the other jobs that shared the cores); steady s/round = rounds 2…R only (train + evaluate; a Flower run's first round also starts its Ray "
              "worker); peak memory = the peak of the summed PSS of all the run's processes (Ray's GCS server, "
              "raylet and workers included; measure.py), RSS summed over processes in brackets; acc = test "
              "accuracy after the last round.", "",
-             "| when | load (1-min, before → after) | E | rounds | framework | wall s | s/round | steady s/round "
+             "| when | load (1-min, before → after) | E | rounds | framework | wall s | CPU s | s/round | steady s/round "
              "| peak memory MiB (RSS sum) | procs | final acc | protocol fidelity |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lb = r["load_before"].split("load average:")[-1].split(",")[0].strip()
         la = r["load_after"].split("load average:")[-1].split(",")[0].strip()
@@ -92,12 +93,12 @@ def md(a) -> None:
             name = s["name"] + (f" {s.get('versions', {}).get('flwr', '')}" if s["name"] == "flower" else "")
             if s.get("failed"):
                 lines.append(f"| {r['time'][:16]} | {lb} → {la} | {r['local_epochs']} | {r['rounds']} | {name} | "
-                             f"{s['wall_s']:.1f} | failed (rc {s['rc']}) | | {s['peak_pss_mib']:.0f} | "
+                             f"{s['wall_s']:.1f} | {_f(s.get('cpu_s'))} | failed (rc {s['rc']}) | | {s['peak_pss_mib']:.0f} | "
                              f"{s['processes']} | — | {r['fidelity'].get('failure', 'see peers.json log_tail')} |")
                 continue
             fid = "reference" if side == "ours" else r["fidelity"]["summary"]
             lines.append(f"| {r['time'][:16]} | {lb} → {la} | {r['local_epochs']} | {s.get('rounds')} | {name} | "
-                         f"{s['wall_s']:.1f} | {_f(s.get('s_per_round'), '{:.2f}')} | "
+                         f"{s['wall_s']:.1f} | {_f(s.get('cpu_s'))} | {_f(s.get('s_per_round'), '{:.2f}')} | "
                          f"{_f(s.get('steady_s_per_round'), '{:.2f}')} | {s['peak_pss_mib']:.0f} "
                          f"({s['peak_rss_sum_mib']:.0f}) | {s['processes']} | {_f(s.get('final_acc'), '{:.4f}')} | {fid} |")
     lines += ["", "## Protocol fidelity, per peer", ""]
