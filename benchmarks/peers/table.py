@@ -77,12 +77,12 @@ def md(a) -> None:
              "OMP/MKL threads 1), CPU only. Written by `bash benchmarks/peers/run.sh` (benchmarks/peers/table.py "
              "from peers.json).", "",
              "Columns: wall = the whole command (start-up, data, every round, evaluation); s/round = wall / rounds; "
-             "CPU s = user + system seconds of all the run's processes (what it cost the machine, less sensitive "
+             "CPU s = user + system seconds of all the run's processes, as last sampled (every 0.25 s; what it cost the machine, less sensitive "
              "than wall to the other jobs that shared the cores); steady s/round = rounds 2…R only (train + evaluate; a Flower run's first round also starts its Ray "
              "worker); peak memory = the peak of the summed PSS of all the run's processes (Ray's GCS server, "
              "raylet and workers included; measure.py), RSS summed over processes in brackets; acc = test "
              "accuracy after the last round.", "",
-             "| when | load (1-min, before → after) | E | rounds | framework | wall s | CPU s | s/round | steady s/round "
+             "| ended (UTC) | load (1-min, before → after) | E | rounds | framework | wall s | CPU s | s/round | steady s/round "
              "| peak memory MiB (RSS sum) | procs | final acc | protocol fidelity |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -101,20 +101,18 @@ def md(a) -> None:
                          f"{s['wall_s']:.1f} | {_f(s.get('cpu_s'))} | {_f(s.get('s_per_round'), '{:.2f}')} | "
                          f"{_f(s.get('steady_s_per_round'), '{:.2f}')} | {s['peak_pss_mib']:.0f} "
                          f"({s['peak_rss_sum_mib']:.0f}) | {s['processes']} | {_f(s.get('final_acc'), '{:.4f}')} | {fid} |")
-    lines += ["", "## Protocol fidelity, per peer", ""]
-    seen = set()
-    for r in rows:
-        if r["peer"] in seen:
-            continue
-        seen.add(r["peer"])
-        lines.append(f"**{r['peer']}**")
+    lines.append("")
+    if a.notes and Path(a.notes).exists():
+        lines += [Path(a.notes).read_text().rstrip(), ""]
+    lines += ["## Protocol fidelity, per peer (as of its latest row)", ""]
+    latest = {r["peer"]: r for r in rows}
+    for peer, r in latest.items():
+        lines.append(f"**{peer}**")
         lines.append("")
         for k, v in r["fidelity"].items():
             if k != "summary":
                 lines.append(f"- {k}: {v}")
         lines.append("")
-    if a.notes and Path(a.notes).exists():
-        lines += [Path(a.notes).read_text().rstrip(), ""]
     Path(a.md).write_text("\n".join(lines) + "\n")
 
 
