@@ -166,7 +166,7 @@ def test_diverged_run_is_recorded_and_the_table_still_builds(synth):
     con = sqlite3.connect(synth / "mlflow.db")
     tags = con.execute("select r.name, t.key, t.value from tags t join runs r using (run_uuid) "
                        "where t.key in ('status', 'diverged_round')").fetchall()
-    assert sorted(tags) == sorted((f"fedprox[alpha=0.01]-seed{s}", k, v) for s in (0, 1)
+    assert sorted(tags) == sorted((f"fedprox s{s} alpha=0.01", k, v) for s in (0, 1)
                                   for k, v in (("status", "diverged"), ("diverged_round", "1")))
 
 
@@ -221,7 +221,7 @@ def test_ten_concurrent_writers_on_the_sqlite_mlflow_store(synth, tmp_path):
     assert [p.returncode for p in procs] == [0] * 10, "\n".join(o[-2000:] for o in outs)
     con = sqlite3.connect(tmp_path / "mlflow.db")
     runs = con.execute("select name, status, run_uuid from runs where lifecycle_stage = 'active'").fetchall()
-    assert sorted(n for n, _, _ in runs) == sorted(f"fedavg[local_epochs=1]-seed{100 + i}" for i in range(10))
+    assert sorted(n for n, _, _ in runs) == sorted(f"fedavg s{100 + i} local_epochs=1" for i in range(10))
     assert all(s == "FINISHED" for _, s, _ in runs)
     n_rounds = len(pd.read_csv(run / "history.csv"))
     for _, _, rid in runs:  # every run complete: the full per-round series and the imported files

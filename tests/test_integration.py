@@ -122,7 +122,7 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     con = sqlite3.connect(workdir / "mlflow.db")
     runs = con.execute("select e.name, r.name, r.status from runs r join experiments e using (experiment_id) "
                        "where r.lifecycle_stage = 'active'").fetchall()
-    name = lambda m, pt, s: f"{m}[{pt}]-seed{s}" if pt != "default" else f"{m}-seed{s}"  # noqa: E731
+    name = lambda m, pt, s: f"{m} s{s}" + (f" {pt}" if pt != "default" else "")  # noqa: E731  (method first: the runs table)
     # and one run per prediction variant the run evaluated (fedivon@mean …), found by tags.method
     variants = lambda e, m, pt, s: sorted(json.loads(  # noqa: E731
         (workdir / f"results/runs/smoke/{e}/{m}/{pt}/seed{s}/metrics.json").read_text()).get("variants", {}))

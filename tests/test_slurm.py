@@ -157,7 +157,7 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
         (work / f"results/runs/smoke/{EXPERIMENT}/{m}/{pt}/seed{s}/metrics.json").read_text()).get("variants", {}))
     labels = {(f"{m}@{v}" if v else m, pt, s) for m, pt, s in expected_runs for v in ["", *variants(m, pt, s)]}
     assert any("@" in m for m, _, _ in labels)
-    names = {f"{m}[{pt}]-seed{s}" if pt != "default" else f"{m}-seed{s}" for m, pt, s in labels}
+    names = {f"{m} s{s}" + (f" {pt}" if pt != "default" else "") for m, pt, s in labels}
     assert sorted(runs) == sorted((f"smoke-{EXPERIMENT}", nm, "FINISHED") for nm in names)
 
     # complete metadata from the jobs: nothing left to do, nothing submitted
