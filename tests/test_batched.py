@@ -78,6 +78,22 @@ def test_unbatchable_hyperparameters_fall_back(tmp_path, synthetic_run_data, cfg
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
 
 
+def assert_batched_is_sequential(cfg, data, tmp_path, *, nll_tol: float, state_tol: float, batched_rounds: int):
+    """Train ``cfg`` one by one and together: every round's test NLL within ``nll_tol`` (relative and
+    absolute), every floating tensor of the final server state within ``state_tol`` of its largest
+    magnitude (at least 1), and ``batched_rounds`` rounds recorded as batched."""
+    seq = run_federated(cfg, data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(cfg, data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    for a, b in zip(seq, bat):
+        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=nll_tol, abs=nll_tol), a["round"]
+    post = [torch.load(tmp_path / r / "posterior.pt") for r in ("seq", "bat")]
+    for key, v in post[0].items():
+        if torch.is_tensor(v) and v.is_floating_point():
+            scale = max(float(v.abs().max()), 1.0)
+            assert float((v - post[1][key]).abs().max()) <= state_tol * scale, key
+    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == batched_rounds
+
+
 IVON_METHODS = [
     # BayesADMM: persistent duals, momentum and step counts; per-client λ and δ; the authors' round-1 start
     ("bayesadmm", {"lr": 0.1, "local_epochs": 2, "rho": 0.5, "tau": 0.01, "delta": 1.0, "dual_damping": 1.0,
@@ -175,16 +191,7 @@ def test_declared_local_problems_batch_to_the_sequential_numbers(name, extra, cl
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 2, "client_optimizer": client_optimizer,
           **extra}
     cfg = cfg_factory(method=name, hparams=hp, rounds=3, save_rounds=[3])
-    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
-    for a, b in zip(seq, bat):
-        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-4, abs=1e-4), a["round"]
-    post = [torch.load(tmp_path / r / "posterior.pt") for r in ("seq", "bat")]
-    for key, v in post[0].items():
-        if torch.is_tensor(v) and v.is_floating_point():
-            scale = max(float(v.abs().max()), 1.0)
-            assert float((v - post[1][key]).abs().max()) <= 1e-4 * scale, key
-    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == cfg["rounds"]
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-4, state_tol=1e-4, batched_rounds=3)
 
 
 def test_an_unsquared_proximal_term_trains_one_by_one(tmp_path, synthetic_run_data, cfg_factory):
@@ -209,15 +216,7 @@ def test_sgd_with_clipping_batches_to_the_sequential_numbers(name, extra, tmp_pa
     correction and FedNova's step counts through their declared problems. Three rounds of unequal clients
     agree with the sequential run to round-off, every round batched."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
-    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
-    for a, b in zip(seq, bat):
-        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-5, abs=1e-5), a["round"]
-    post = [torch.load(tmp_path / r / "posterior.pt") for r in ("seq", "bat")]
-    for key, v in post[0].items():
-        if torch.is_tensor(v) and v.is_floating_point():
-            assert torch.allclose(v, post[1][key], rtol=1e-4, atol=1e-5), key
-    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == 3
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
 
 
 def test_clip_rows_is_clip_grad_row_by_row():
@@ -243,10 +242,5 @@ def test_fedavgm_rounds_batch_and_the_rest_train_one_by_one(name, extra, tmp_pat
     and in FedPA's burn-in; FedPA's sampling rounds after it train one by one. Three rounds of unequal
     clients agree with the sequential run to round-off; the batched run batched exactly the FedAvg-M rounds."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra})
-    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
-    for a, b in zip(seq, bat):
-        assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-5, abs=1e-5), a["round"]
-    ws = [torch.load(tmp_path / r / "posterior.pt")["w"] for r in ("seq", "bat")]
-    assert torch.allclose(ws[0], ws[1], rtol=1e-4, atol=1e-5)
-    assert json.loads((tmp_path / "bat" / "run.json").read_text())["batched_rounds"] == extra.get("burn_in", 3)
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4,
+                                 batched_rounds=extra.get("burn_in", 3))
