@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.base import Method
-from fedbayes.methods.ivon import (IVONState, batchable, gaussian_samples_logits, ivon_train, ivon_train_batched,
-                                  lr_schedule, stacked_problems)
+from fedbayes.methods.ivon import (IVONState, batchable, gaussian_samples_logits, ivon_settings, ivon_train,
+                                  ivon_train_batched, lr_schedule, stacked_problems)
 
 
 class BayesADMM(Method):
@@ -87,14 +87,9 @@ class BayesADMM(Method):
         msg = {"a": (1 - a) / K * s_k * st.m + a * v_new, "b": (1 - a) / K * s_k + a * u_new}
         return msg, {"v": v_new, "u": u_new, "g": st.g, "t": torch.tensor(st.t)}
 
-    def _ivon_settings(self) -> dict:
-        hp = self.hp
-        return dict(epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]), beta1=float(self.p.beta1),
-                    beta2=float(self.p.beta2), clip_radius=float(self.p.clip_radius or math.inf))
-
     def client_update(self, k, down, state, data, rng, rnd):
         st, problem = self._client_problem(down, state, len(data), rnd)
-        st, loss, _ = ivon_train(self.fm, st, data, rng, **self._ivon_settings(), **problem,
+        st, loss, _ = ivon_train(self.fm, st, data, rng, **ivon_settings(self), **problem,
                                  mc_samples=int(self.p.mc_samples), loss_fn=self.loss_fn)
         return *self._client_result(st, problem, down, state), loss
 
@@ -103,7 +98,7 @@ class BayesADMM(Method):
             return None
         problems = [self._client_problem(down, state, len(d), rnd) for state, d in zip(states, datas)]
         sts, losses, _ = ivon_train_batched(self.fm, [p[0] for p in problems], datas, rngs, generators,
-                                            **self._ivon_settings(), **stacked_problems([p[1] for p in problems]))
+                                            **ivon_settings(self), **stacked_problems([p[1] for p in problems]))
         return [(*self._client_result(st, p[1], down, state), loss)
                 for st, p, state, loss in zip(sts, problems, states, losses)]
 

@@ -19,14 +19,13 @@ Prediction: ``fedivon`` = mean of softmax over ``pred_samples`` (500) networks Î
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.base import Method
-from fedbayes.methods.ivon import (IVONState, batchable, gaussian_samples_logits, ivon_train, ivon_train_batched,
-                                  lr_schedule, stacked_problems)
+from fedbayes.methods.ivon import (IVONState, batchable, gaussian_samples_logits, ivon_settings, ivon_train,
+                                  ivon_train_batched, lr_schedule, stacked_problems)
 
 
 class FedIVON(Method):
@@ -47,14 +46,9 @@ class FedIVON(Method):
         return st, dict(lr=lr_schedule({**hp, "lr_scale": h0 + delta}, rnd, self.rounds), ess=float(hp["ess"]),
                         delta=delta, prior_mean=0.0)
 
-    def _ivon_settings(self) -> dict:
-        hp = self.hp
-        return dict(epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]), beta1=float(self.p.beta1),
-                    beta2=float(self.p.beta2), clip_radius=float(self.p.clip_radius or math.inf))
-
     def client_update(self, k, down, state, data, rng, rnd):
         st, problem = self._client_problem(down, rnd)
-        st, loss, _ = ivon_train(self.fm, st, data, rng, **self._ivon_settings(), **problem,
+        st, loss, _ = ivon_train(self.fm, st, data, rng, **ivon_settings(self), **problem,
                                  mc_samples=int(self.p.mc_samples), loss_fn=self.loss_fn)
         return {"w": st.m, "h": st.h}, state, loss
 
@@ -63,7 +57,7 @@ class FedIVON(Method):
             return None
         problems = [self._client_problem(down, rnd) for _ in ks]
         sts, losses, _ = ivon_train_batched(self.fm, [p[0] for p in problems], datas, rngs, generators,
-                                            **self._ivon_settings(), **stacked_problems([p[1] for p in problems]))
+                                            **ivon_settings(self), **stacked_problems([p[1] for p in problems]))
         return [({"w": st.m, "h": st.h}, state, loss) for st, state, loss in zip(sts, states, losses)]
 
     def server_update(self, server, messages, rnd):

@@ -335,7 +335,7 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
                 update(M, H, G, 0, grad, nxg, HD, A, B, lr=lr_t[s, :, None], ess=ess, delta=delta,
                        prior_mean=prior, v=V, u=U, bias=bias_t[s, :, None])
             else:  # the clients still training, gathered, stepped and written back
-                ix = torch.tensor(act, device=dev)
+                ix = plan.active_index
                 pick = lambda x: x[ix] if torch.is_tensor(x) and x.dim() == 2 else x  # noqa: E731
                 m, h, g, hd = M[ix], H[ix], G[ix], HD[ix]
                 update(m, h, g, 0, grad[ix], nxg[ix], hd, A[ix], B[ix], lr=lr_t[s, ix, None],
@@ -344,6 +344,14 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
                 M[ix], H[ix], G[ix], HD[ix] = m, h, g, hd
     out = [IVONState(M[c].clone(), H[c].clone(), G[c].clone(), sts[c].t + steps[c]) for c in range(C)]
     return out, plan.mean_losses(), steps
+
+
+def ivon_settings(method) -> dict:
+    """The IVON settings of ``ivon_train`` / ``ivon_train_batched`` an IVON method (BayesADMM, FedIVON)
+    takes from its hyperparameters alike."""
+    hp, p = method.hp, method.p
+    return dict(epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]), beta1=float(p.beta1),
+                beta2=float(p.beta2), clip_radius=float(p.clip_radius or math.inf))
 
 
 def batchable(method, cls, generators) -> bool:

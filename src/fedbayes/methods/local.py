@@ -177,8 +177,8 @@ def minibatch_plan(n: int, batch_size: int, epochs: int, rng: np.random.Generato
 class StackedPlan:
     """The minibatches of C clients trained together, step by step: client c's rows at step s are those
     ``minibatch_plan`` draws from its ``rng`` (so ``minibatches``' order), padded to the batch size with
-    a mask; after its last step a client's rows are computed but never applied (``active``). Shared by
-    every batched local loop (Adam: ``train_local_batched``; IVON: ``ivon.ivon_train_batched``)."""
+    a mask; after its last step a client is left out (``active``, ``active_index``). Shared by every
+    batched local loop (Adam/SGD: ``train_local_batched``; IVON: ``ivon.ivon_train_batched``)."""
 
     def __init__(self, fm, datas: list, rngs: list[np.random.Generator], *, batch_size: int, epochs: int,
                  device, dtype, loss_fn=F.cross_entropy):
@@ -193,7 +193,6 @@ class StackedPlan:
             ok = plan >= 0
             rows[:len(plan), c] = np.where(ok, plan, 0) + offsets[c]
             mask[:len(plan), c] = ok
-            mask[len(plan):, c] = 1.0                      # after its last step: computed, never applied
         self.x, self.y = torch.cat([d.x for d in datas]), torch.cat([d.y for d in datas])
         self.rows = torch.from_numpy(rows).to(device)
         self.mask = torch.from_numpy(mask).to(device=device, dtype=dtype)
@@ -203,16 +202,14 @@ class StackedPlan:
 
         self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
         self.total = torch.zeros(C, dtype=torch.float64, device=device)
-        # alive[s, c]: step s is one of client c's (its loss counts); 1.0 × a loss is exact, so no branch
-        self.alive = (torch.arange(S, device=device)[:, None]
-                      < torch.tensor(self.steps, device=device)[None]).to(torch.float64)
         self._active = list(range(C))
+        self.active_index = None        # the active clients as a device index, once some have finished
 
     def active(self, s: int) -> list[int]:
         """The clients that take step s (every client has steps 0 … steps[c] − 1)."""
         still = [c for c in self._active if s < self.steps[c]]
         if len(still) != len(self._active):
-            self._ix = torch.tensor(still, device=self.rows.device)
+            self.active_index = torch.tensor(still, device=self.rows.device)
         self._active = still
         return self._active
 
@@ -224,9 +221,9 @@ class StackedPlan:
         rows, mask = self.rows[s], self.mask[s]
         if len(self._active) == len(self.steps):
             g, loss = self._grad_and_loss(W, self.x[rows], self.y[rows], mask)
-            self.total += loss.detach().double() * self.alive[s]
+            self.total += loss.detach().double()
             return g
-        ix = self._ix
+        ix = self.active_index
         rows = rows[ix]
         g_act, loss = self._grad_and_loss(W[ix], self.x[rows], self.y[rows], mask[ix])
         self.total[ix] += loss.detach().double()
