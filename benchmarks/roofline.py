@@ -214,7 +214,7 @@ def make_data(p: dict, experiment: str, cfg: dict, device):
     pool = subsample(len(y), e.get("subsample", 1.0), rng)
     scheme = dict(e["partition"])
     parts = [pool[ix] for ix in make_partition(y[pool], e["clients"], scheme.pop("scheme"), rng, **scheme)]
-    return load_run_data(p, cfg, (parts, {}), device)[0]
+    return load_run_data(p["paths"]["raw"], cfg, (parts, {}), device)[0]
 
 
 def measure(p: dict, name: str, experiment: str, method: str, changes: dict, args) -> dict:

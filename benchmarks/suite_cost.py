@@ -10,7 +10,7 @@ How a row is measured (written into benchmarks/suite_cost.md too):
 
 * Data: ``fedbayes.data.standin`` at size ``paper`` (the real file formats and sizes, generated once under
   ``data/raw-stand-in/paper/.source/``), fetched and read by the real fetch/load code; the partition of
-  seed 0 is made by the real ``write_partition`` on it.
+  seed 0 is made by the real ``fedbayes.engine.partitions.build_partition`` on it.
 * Training: ``fedbayes.engine.run_federated`` on the run's own configuration (``run_config``, seed 0, the
   first sweep point) for 2 rounds; the second round is reported. To stay within one core, only the first
   ``--clients-cap`` clients that round 2 of the real run samples are trained: the partition handed to the
@@ -93,12 +93,11 @@ def measure_row(args, e: str, m: str) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from fedbayes.cli import fetch_dataset, write_partition
-    from fedbayes.config import experiment_config, load_params, run_config, save_rounds, sweep_points
-    from fedbayes.data import standin
-    from fedbayes.data.root import stand_in_sources
+    from fedbayes.config import experiment_config, load_params, partition_config, run_config, save_rounds, sweep_points
+    from fedbayes.data.root import fetch_dataset, open_data_root
     from fedbayes.engine import loop, seeds
     from fedbayes.engine.data import load_run_data
+    from fedbayes.engine.partitions import build_partition
 
     t_start = time.perf_counter()
     p = load_params(args.params, scale="paper")
@@ -106,14 +105,12 @@ def measure_row(args, e: str, m: str) -> dict:
     root = args.stand_in_root
     for name in filter(None, (ex["dataset"], ex.get("ood"))):
         fetch_dataset(name, root, stand_in="paper")
-    standin.activate_all(stand_in_sources(root))
-    p2 = copy.deepcopy(p)
-    p2["paths"]["raw"] = root
+    open_data_root(root, "paper")
     point = next(iter(sweep_points(p, e, m)))
     full_cfg = run_config(p, e, m, 0, point)
     with tempfile.TemporaryDirectory(prefix="suite_cost_") as tmp:
         t0 = time.perf_counter()
-        parts, meta = write_partition(p2, e, 0, f"{tmp}/partition.npz")
+        parts, meta = build_partition(partition_config(p, e, 0), root, e, f"{tmp}/partition.npz")
         t_partition = time.perf_counter() - t0
         sizes = np.array([len(x) for x in parts])
         K = len(parts)
@@ -135,7 +132,7 @@ def measure_row(args, e: str, m: str) -> dict:
         t0 = time.perf_counter()
         device = torch.device(args.device) if args.device != "auto" else \
             torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        data, _ = load_run_data(p2, cfg, ([parts[k] for k in chosen], meta), device)
+        data, _ = load_run_data(root, cfg, ([parts[k] for k in chosen], meta), device)
         t_load = time.perf_counter() - t0
         full_test, full_ood = len(data.y_test), (0 if data.x_ood is None else len(data.x_ood))
         keep_alive = (data.x_test, data.y_test, data.x_ood)   # the full sets stay in memory (RSS as a run's)
@@ -314,7 +311,7 @@ def prepare_data(args, p: dict, rows: list[tuple[str, str]]) -> None:
     if not names:
         return
     print(f"stand-in data (size paper) under {args.stand_in_root}: {', '.join(names)}", flush=True)
-    code = ("import sys; from fedbayes.cli import fetch_dataset\n"
+    code = ("import sys; from fedbayes.data.root import fetch_dataset\n"
             "for n in sys.argv[2:]: fetch_dataset(n, sys.argv[1], stand_in='paper')")
     subprocess.run([sys.executable, "-c", code, args.stand_in_root, *names], cwd=REPO, check=True,
                    env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})

@@ -17,6 +17,7 @@ import yaml
 
 from fedbayes import cli
 from fedbayes.config import partition_config, paths
+from fedbayes.data.root import fetch_dataset
 from dagutil import read_params
 
 SYNTH = {"dataset": "synthetic", "subsample": 1.0, "clients": 4, "partition": {"scheme": "iid"}, "rounds": 2,
@@ -335,7 +336,7 @@ def test_a_full_disk_while_writing_a_partition_leaves_no_file_and_is_one_line(se
     from matplotlib.figure import Figure
 
     d, p = setup
-    cli.fetch_dataset("synthetic", paths(p)["raw"])
+    fetch_dataset("synthetic", paths(p)["raw"])
     out, fig = d / "parts" / "seed0.npz", d / "parts" / "seed0.png"
 
     def half_then_full(real):

@@ -12,11 +12,8 @@ import pytest
 
 from fedbayes.data import DATASETS, DataIntegrityError, DataUnavailableError, fetch, load
 from fedbayes.data import tabular
-from fedbayes.data.tabular import (
-    credit_heterogeneous_split,
-    flamby_centres,
-    pin_md5,
-)
+from fedbayes.data.tabular import flamby_centres, pin_md5
+from fedbayes.partition.schemes import credit_heterogeneous_split
 from dagutil import read_params
 
 HEART_FILES = ["processed.cleveland.data", "processed.hungarian.data",
@@ -284,7 +281,7 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     four hospitals as clients, and FedLap-Cov trains logistic regression on them."""
     import yaml
 
-    from fedbayes.cli import ensure_partition, write_partition
+    from fedbayes.engine.partitions import data_root, ensure_partition, write_partition
     from fedbayes.config import run_config
     from fedbayes.engine import load_run_data, run_federated
     from fedbayes.partition import load_partition
@@ -309,9 +306,9 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     assert point in cfg["hparams"] and cfg["model"] == {"name": "logistic"} and cfg["hparams"]["batch_size"] == 4
     import torch
 
-    data, m = load_run_data(p, cfg, str(part), torch.device("cpu"))
+    data, m = load_run_data(data_root(p), cfg, str(part), torch.device("cpu"))
     part.unlink()  # the partition as read once (what `fedbayes train` passes on) gives the same run data
-    data2, m2 = load_run_data(p, cfg, (parts, meta), torch.device("cpu"))
+    data2, m2 = load_run_data(data_root(p), cfg, (parts, meta), torch.device("cpu"))
     assert m2 == m and all(torch.equal(getattr(data, k), getattr(data2, k)) for k in ("x_train", "x_test", "y_test"))
     cfg["partition_hash"] = m["hash"]
     hist = run_federated(cfg, data, tmp_path / "run", torch.device("cpu"))

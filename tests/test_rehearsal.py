@@ -52,8 +52,8 @@ def test_a_stand_in_run_never_enters_a_table_of_real_results(repo, tmp_path):
 def test_a_stand_in_run_copied_into_the_real_runs_fails_the_table(repo, tmp_path):
     """The real table command refuses rehearsal runs put where real runs belong: one line naming the
     run.json, exit 2, no table written."""
-    from fedbayes.config import experiment_config, sweep_points
-    from fedbayes.reports.selection import run_dir
+    from fedbayes.config import experiment_config, paths, sweep_points
+    from fedbayes.runpaths import run_dir
 
     p = load_params(repo / "params.yaml", scale="paper")
     d = copy_repo(repo, tmp_path / "repo", scale="paper")
@@ -61,9 +61,9 @@ def test_a_stand_in_run_copied_into_the_real_runs_fails_the_table(repo, tmp_path
     for method in experiment_config(p, exp)["methods"]:
         point = next(iter(sweep_points(p, exp, method)))
         for seed in (0, 1, 2):
-            run_json(d / run_dir(p, exp, method, point, seed), {**run_config(p, exp, method, seed, point),
+            run_json(d / run_dir(paths(p), exp, method, point, seed), {**run_config(p, exp, method, seed, point),
                                                                 "data": "stand-in (tiny)"})
-        (d / run_dir(p, exp, method, point, 0)).parent.parent.joinpath("selected.json").write_text(
+        (d / run_dir(paths(p), exp, method, point, 0)).parent.parent.joinpath("selected.json").write_text(
             json.dumps({"point": point, "hparams": {}, "criterion": {}, "candidates": []}))
     (d / "work/data").mkdir(parents=True)
     (d / "work/data/uci_credit.json").write_text(json.dumps({"dataset": "uci_credit", "available": True}))

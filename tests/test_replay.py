@@ -106,7 +106,7 @@ def test_method_numerics_match_their_golden(method, tmp_path):
 def test_committed_run_replays_bit_for_bit(method):
     from dagutil import require_fmnist
 
-    from fedbayes.cli import fetch_dataset
+    from fedbayes.data.root import fetch_dataset
     from fedbayes.engine.replay import replay_run
 
     from fedbayes.catalog import numerics

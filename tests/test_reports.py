@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbayes.reports.published import load_paper, published_value
+from fedbayes.published import load_paper, published_value
 from fedbayes.reports.selection import select, sweep_frame, write_selection
-from fedbayes.reports.tables import build_table, cell_value
+from fedbayes.reports.cells import cell_value
+from fedbayes.reports.tables import build_table
 from dagutil import read_params
 
 
@@ -164,7 +165,7 @@ def test_published_targets_nulls_and_row_rounds():
 
 
 def test_rounds_to_target_uses_the_first_unsmoothed_round():
-    from fedbayes.reports.tables import rounds_to_target
+    from fedbayes.reports.cells import rounds_to_target
 
     h = pd.DataFrame({"round": [0, 1, 2, 3, 4], "test/acc": [0.9, 0.5, 0.76, 0.74, 0.8]})
     assert rounds_to_target(h, 75) == 2  # round 0 (before training) never counts
@@ -223,7 +224,7 @@ def test_method_missing_from_an_experiment_is_not_run(fedlap_params, tmp_path):
 def test_running_average_statistics_match_pandas_rolling():
     """The FedEP paper's statistics: best 100-round running average by round R, and the first round
     whose 10-round running average reaches a threshold (here with windows 3 and 2)."""
-    from fedbayes.reports.tables import best_over_rounds, rounds_to_target
+    from fedbayes.reports.cells import best_over_rounds, rounds_to_target
     acc = [0.10, 0.50, 0.20, 0.60, 0.70, 0.30, 0.90]
     h = pd.DataFrame({"round": range(0, 8), "test/acc": [0.0] + acc})
     assert best_over_rounds(h, "test/acc", 7) == pytest.approx(90.0)

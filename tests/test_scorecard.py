@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedbayes.reports.published import load_paper
+from fedbayes.published import load_paper
 from fedbayes.reports.scorecard import VERDICTS, build_scorecard, check_claim, verdict
-from fedbayes.reports.tables import _within
+from fedbayes.reports.cells import within
 from dagutil import read_params
 
 
@@ -36,13 +36,13 @@ def test_rounds_to_target_cells_have_a_verdict_when_a_side_never_reached():
     """A blank in a rounds-to-target cell means "never reached": both blank agree, one blank does not
     (these cells had no verdict before)."""
     nan = float("nan")
-    assert _within(False, nan, nan, 5, target_cell=True) is True            # neither reached the target
-    assert _within(True, nan, nan, 5, target_cell=True) is False            # paper reached it, we did not
-    assert _within(False, 32.0, nan, 5, target_cell=True) is False          # we reached it, the paper did not
-    assert _within(True, 20.0, 3.0, 5, target_cell=True) is True
-    assert _within(True, 20.0, 6.0, 5, target_cell=True) is False
-    assert _within(True, 20.0, 6.0, None, target_cell=True) is None         # no tolerance, no verdict
-    assert _within(False, nan, nan, 5, target_cell=False) is None           # a blank published accuracy: no cell
+    assert within(False, nan, nan, 5, target_cell=True) is True            # neither reached the target
+    assert within(True, nan, nan, 5, target_cell=True) is False            # paper reached it, we did not
+    assert within(False, 32.0, nan, 5, target_cell=True) is False          # we reached it, the paper did not
+    assert within(True, 20.0, 3.0, 5, target_cell=True) is True
+    assert within(True, 20.0, 6.0, 5, target_cell=True) is False
+    assert within(True, 20.0, 6.0, None, target_cell=True) is None         # no tolerance, no verdict
+    assert within(False, nan, nan, 5, target_cell=False) is None           # a blank published accuracy: no cell
 
 
 def _recount(path):

@@ -20,10 +20,10 @@ from pathlib import Path
 import fedbayes  # noqa: F401  (first: the CPU-numerics caps)
 import torch
 
-from fedbayes.cli import write_partition
 from fedbayes.config import load_params, run_config
 from fedbayes.engine.data import load_run_data
 from fedbayes.engine.loop import run_federated
+from fedbayes.engine.partitions import data_root, write_partition
 from fedbayes.methods.fedlap_func import FedLapFunc
 
 EXPERIMENT, METHOD = "fmnist10-dir-k10", "fedlap_func"
@@ -50,7 +50,7 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         parts = write_partition(p, EXPERIMENT, args.seed, f"{tmp}/partition.npz")
-        data, _ = load_run_data(p, cfg, parts, torch.device("cpu"))
+        data, _ = load_run_data(data_root(p), cfg, parts, torch.device("cpu"))
         x_test, y_test = data.x_test, data.y_test
         server_update = FedLapFunc.server_update
         clock = {"round": 0}

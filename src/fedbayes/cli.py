@@ -7,22 +7,35 @@ names (experiment, method, seed) and paths; the numbers come from the one source
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
-import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
-
-OFFLINE_ENV = "FEDBAYES_OFFLINE"  # set (non-empty): `fedbayes data` uses local sources only, never downloads
+from fedbayes.catalog import METHOD_SPECS
+from fedbayes.config import (ConfigError, check_implementations, experiment_config, load_params, paths,
+                             run_config, seeds, stand_in_size, sweep_points)
+from fedbayes.data import DataIntegrityError, DataUnavailableError
+from fedbayes.data.root import fetch_dataset
+from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
+from fedbayes.engine.replay import numerics_check, replay_run
+from fedbayes.eval.evaluate import evaluate_run
+from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
+from fedbayes.methods.spec import REQUIRED
+from fedbayes.partition import PartitionIntegrityError
+from fedbayes.reports.headline import write_headline
+from fedbayes.reports.rehearsal import build_summary
+from fedbayes.reports.scorecard import build_scorecard, table_summary
+from fedbayes.reports.selection import sweep_frame, write_selection
+from fedbayes.reports.tables import build_table, built_files
+from fedbayes.reports.toys import TOYS
+from fedbayes.runfiles import DamagedFile
+from fedbayes.runpaths import run_dir
+from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
 
 
 def _params(args):
-    from fedbayes.config import load_params
-    from fedbayes.data.root import data_root
-
     p = load_params(args.params, scale=args.scale)
     data_root(p)  # at rehearsal scale: the stand-ins generated so far read in place of the real data
     return p
@@ -30,7 +43,6 @@ def _params(args):
 
 def cmd_validate(args) -> None:
     p = _params(args)
-    from fedbayes.config import check_implementations, experiment_config, seeds
 
     check_implementations(p)  # an installed method that cannot train, before it is planned
 
@@ -45,12 +57,6 @@ def cmd_methods(args) -> None:
     """The methods this installation knows (built-in and installed packages') and, for one, every
     hyperparameter with its code default and what it does: the values params.yaml's `methods.<m>` and
     `experiments.<e>.methods.<m>` override."""
-    import dataclasses
-
-    from fedbayes.catalog import METHOD_SPECS
-    from fedbayes.config import ConfigError
-    from fedbayes.methods.spec import REQUIRED
-
     if args.method is None:
         for key, spec in METHOD_SPECS.items():
             variants = ", ".join(f"@{v}" for v in spec.variants if v)
@@ -67,11 +73,6 @@ def cmd_methods(args) -> None:
 
 
 def cmd_data(args) -> None:
-    import json
-
-    from fedbayes.data import DataUnavailableError
-    from fedbayes.fileio import write_text_atomic
-
     if args.status and len(args.names) != 1:
         raise SystemExit("fedbayes data: --status takes exactly one dataset")
     root = args.root or (f"data/raw-stand-in/{args.stand_in}" if args.stand_in else "data/raw")
@@ -93,129 +94,10 @@ def cmd_data(args) -> None:
                                     if args.stand_in else ""))
 
 
-def _locked(path: Path):
-    """An exclusive lock (``<path>.lock``) while parallel jobs create the same data or partition file."""
-    from fedbayes.fileio import exclusive_lock
-
-    return exclusive_lock(path, read_only_ok=True)
-
-
-def fetch_dataset(name: str, root: str, download: bool = True, repair: bool = True, stand_in: str | None = None):
-    """Fetch (idempotently) under a lock: a training job fetches its own data when it is missing, and
-    refuses (``repair=False``) a present file that fails its checksum. With ``stand_in`` (a size of
-    fedbayes.data.standin.SIZES) the dataset's stand-in files are generated first (once; deterministic)
-    and fetched by the same code from there, verified against their own recorded checksums."""
-    from fedbayes.data import fetch
-    from fedbayes.data.root import stand_in_sources
-
-    with _locked(Path(root) / name):
-        if stand_in:
-            from fedbayes.data import standin
-
-            standin.write_source(name, stand_in_sources(root), size=stand_in)
-            standin.activate(name, stand_in_sources(root))
-            download = False
-        return fetch(name, root=root, download=download and not os.environ.get(OFFLINE_ENV), repair=repair)
-
-
-def write_partition(p: dict, experiment: str, seed: int, out: str, figure: str | None = None
-                    ) -> tuple[list[np.ndarray], dict]:
-    """Split the experiment's data into clients for ``seed`` and save it (deterministic: the same
-    configuration and data always give the same file). Returns ``(parts, meta)`` as
-    :func:`fedbayes.partition.load_partition` would read them back."""
-    from fedbayes import data as ds
-    from fedbayes.config import ConfigError, partition_config
-    from fedbayes.engine import seeds
-    from fedbayes.data.root import data_root
-    from fedbayes.partition import class_counts, make_partition, plot_partition, save_partition, subsample
-
-    pc = partition_config(p, experiment, seed)
-    root = data_root(p)
-    arrays = ds.load(pc["dataset"], root=root)
-    rng = seeds.rng(seed, seeds.PARTITION)
-    pool = np.arange(len(arrays.y_train))
-    if pc["subsample"] < 1.0:
-        pool = subsample(len(pool), pc["subsample"], rng)
-    scheme = dict(pc["partition"])
-    name = scheme.pop("scheme")
-    if name == "natural":  # the dataset's own clients (FLamby-Heart: the four hospitals)
-        groups = ds.train_groups(pc["dataset"], root=root)[pool]
-        local = [np.flatnonzero(groups == g) for g in np.unique(groups)]
-        if len(local) != pc["clients"]:
-            raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
-                              f"params.yaml says clients: {pc['clients']}")
-    else:
-        if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
-            scheme["groups"] = ds.label_groups(pc["dataset"], root=root)
-        try:
-            local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)
-        except ValueError as e:   # e.g. a Dirichlet draw that cannot give every client its min_size
-            raise ConfigError(f"experiments.{experiment}.partition (seed {seed}): {e}") from None
-    parts = [pool[ix] for ix in local]
-    meta = {**pc, "dataset_hash": ds.dataset_hash(pc["dataset"], root=root)}
-    h = save_partition(out, parts, arrays.y_train, arrays.n_classes, meta)
-    counts = class_counts(arrays.y_train, parts, arrays.n_classes)
-    if figure:
-        plot_partition(counts, figure, title=f"{experiment} seed {seed} ({name})")
-    sizes = counts.sum(1)
-    print(f"{experiment} seed {seed}: {len(parts)} clients, sizes {sizes.min()}–{sizes.max()} "
-          f"(total {sizes.sum()}), hash {h[:12]}")
-    return parts, {**meta, "hash": h, "n_clients": len(parts), "class_counts": counts.tolist(),
-                   "sizes": sizes.tolist()}
-
-
-def check_partition_target(p: dict, experiment: str, seed: int, path: str | Path) -> None:
-    """``path`` may receive the partition of (``experiment``, ``seed``): it is that pair's own file under
-    ``paths.partitions`` (rewritten when params.yaml changed its configuration: training has no partition
-    job upstream), or a file elsewhere that is missing or already holds this configuration. Another
-    pair's file, or a file holding another configuration, is refused (ConfigError), never overwritten."""
-    from fedbayes.config import ConfigError, partition_config, paths
-    from fedbayes.partition import PartitionIntegrityError, load_partition
-
-    path = Path(path)
-    own = Path(paths(p)["partitions"], experiment, f"seed{seed}.npz")
-    if path.resolve() == own.resolve():
-        return
-    if path.resolve().is_relative_to(Path(p["paths"]["partitions"]).resolve()):
-        raise ConfigError(f"--partition {path} is not the partition file of {experiment} seed {seed} ({own}); "
-                          "under paths.partitions each file holds its own (experiment, seed)")
-    if not path.exists():
-        return
-    want = partition_config(p, experiment, seed)
-    try:
-        meta = load_partition(path)[1]
-    except PartitionIntegrityError as e:
-        raise ConfigError(f"--partition {path} is not a readable partition file ({e}); it is not overwritten") from None
-    diff = sorted(k for k, v in want.items() if meta.get(k) != v)
-    if diff:
-        raise ConfigError(f"--partition {path} holds another configuration ({', '.join(diff)} differ from "
-                          f"{experiment} seed {seed}); it is not overwritten: give {own} or remove the file")
-
-
-def ensure_partition(p: dict, experiment: str, seed: int, path: str) -> tuple[list[np.ndarray], dict]:
-    """The partition a run needs, ``(parts, meta)``: the file reused when it holds this configuration,
-    else (re)written (only where :func:`check_partition_target` allows). Returned in memory, because the
-    file may vanish once the lock is released: Snakemake deletes a partition job's output before it runs
-    that job, and the partition rule (for its figure) can start on a file a training job has just written."""
-    from fedbayes.config import partition_config
-    from fedbayes.partition import load_partition
-
-    want = partition_config(p, experiment, seed)
-    with _locked(Path(path)):
-        check_partition_target(p, experiment, seed, path)  # again under the lock: another job may have written it
-        try:
-            parts, meta = load_partition(path)
-            if all(meta.get(k) == v for k, v in want.items()):
-                return parts, meta
-        except FileNotFoundError:
-            pass
-        return write_partition(p, experiment, seed, path)
-
-
 def cmd_partition(args) -> None:
     p = _params(args)
     check_partition_target(p, args.experiment, args.seed, args.out)
-    with _locked(Path(args.out)):
+    with locked(args.out):
         check_partition_target(p, args.experiment, args.seed, args.out)
         write_partition(p, args.experiment, args.seed, args.out, args.figure)
 
@@ -223,8 +105,6 @@ def cmd_partition(args) -> None:
 def check_train_args(p: dict, args) -> dict:
     """Every argument of ``fedbayes train`` checked against params.yaml before any file is touched; returns
     the run's resolved configuration. ConfigError names the argument and what is accepted."""
-    from fedbayes.config import ConfigError, experiment_config, paths, run_config, seeds, sweep_points
-
     exp, method, point, seed = args.experiment, args.method, args.point, args.seed
     if args.threads < 0:
         raise ConfigError(f"--threads {args.threads}: a number of threads (0: PyTorch's default)")
@@ -238,7 +118,7 @@ def check_train_args(p: dict, args) -> dict:
         raise ConfigError(f"--point {point!r}: not a point of {exp}/{method}'s sweep {points}")
     if seed not in seeds(p, exp, method):
         raise ConfigError(f"--seed {seed}: {exp}/{method} runs seeds {seeds(p, exp, method)}")
-    out, own = Path(args.out), Path(paths(p)["runs"], exp, method, point, f"seed{seed}")
+    out, own = Path(args.out), run_dir(paths(p), exp, method, point, seed)
     name = f"{exp}/{method}/{point}/seed{seed}"
     if out.resolve() != own.resolve():
         if out.resolve().is_relative_to(Path(p["paths"]["runs"]).resolve()):
@@ -260,9 +140,6 @@ def check_train_args(p: dict, args) -> dict:
 
 
 def cmd_train(args) -> None:
-    from fedbayes.config import ConfigError
-    from fedbayes.fileio import LockHeld, try_exclusive_lock
-
     p = _params(args)
     cfg = check_train_args(p, args)  # before any file is touched
     try:
@@ -284,9 +161,8 @@ def train_lock(out: str | Path) -> Path:
 def _train(p: dict, args, cfg: dict) -> None:
     import torch
 
-    from fedbayes.config import stand_in_size
-    from fedbayes.engine import load_run_data, pick_device, run_federated
-    from fedbayes.data.root import data_root
+    from fedbayes.engine.data import load_run_data  # these two import torch (seconds): only a training job pays it
+    from fedbayes.engine.loop import pick_device, run_federated
 
     # a (re)training run invalidates the run's metrics first: Snakemake deletes history.csv and run.json
     # before the job, and if the job is then killed an old metrics.json would still look up to date to
@@ -301,7 +177,7 @@ def _train(p: dict, args, cfg: dict) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(p.get("device", "auto"))
-    data, meta = load_run_data(p, cfg, partition, device)
+    data, meta = load_run_data(data_root(p), cfg, partition, device)
     cfg["partition_hash"] = meta["hash"]
     batch = p.get("batch_clients", "auto")
     run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True),
@@ -309,11 +185,6 @@ def _train(p: dict, args, cfg: dict) -> None:
 
 
 def cmd_evaluate(args) -> None:
-    from fedbayes.eval.evaluate import evaluate_run
-
-    from fedbayes.config import ConfigError
-    from fedbayes.fileio import LockHeld, try_exclusive_lock
-
     try:   # a run still training has no predictions yet: that is no reason to retrain it
         if Path(args.run_dir).is_dir():
             with try_exclusive_lock(train_lock(args.run_dir)):
@@ -333,8 +204,6 @@ def cmd_evaluate(args) -> None:
 
 def cmd_replay(args) -> None:
     """Retrain a finished run's first rounds with the code at hand and compare them with its history."""
-    from fedbayes.engine.replay import replay_run
-
     bad = 0
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():
@@ -352,8 +221,6 @@ def cmd_replay(args) -> None:
 def cmd_numerics_check(args) -> None:
     """The workflow's numerics rule (engine.replay.numerics_check): exit 0 with the method's check recorded,
     or 1 with one line naming the method and the first value its code no longer computes."""
-    from fedbayes.engine.replay import numerics_check
-
     problem = numerics_check(args.method, args.goldens, args.record, json.loads(args.hparams) if args.hparams else None)
     if problem:
         print(f"fedbayes numerics-check: {problem}", file=sys.stderr)
@@ -361,16 +228,12 @@ def cmd_numerics_check(args) -> None:
 
 
 def cmd_table(args) -> None:
-    from fedbayes.reports.tables import build_table, built_files, table_summary
-
     p = _params(args)
     df = build_table(p, args.table, out=args.out)
     print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
 
 
 def cmd_headline(args) -> None:
-    from fedbayes.reports.headline import write_headline
-
     p = _params(args)
     absent = []
     files = write_headline(p, args.table_csv, args.out, absent)
@@ -383,8 +246,6 @@ def cmd_headline(args) -> None:
 
 
 def cmd_scorecard(args) -> None:
-    from fedbayes.reports.scorecard import build_scorecard
-
     p = _params(args)
     c = build_scorecard(p, args.out)["distinct"]
     ran = c["within tolerance"] + c["outside tolerance"]
@@ -393,9 +254,6 @@ def cmd_scorecard(args) -> None:
 
 
 def cmd_rehearsal_summary(args) -> None:
-    from fedbayes.config import ConfigError, stand_in_size
-    from fedbayes.reports.rehearsal import build_summary
-
     p = _params(args)
     if not stand_in_size(p):
         raise ConfigError(f"scale {p['scale']}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
@@ -408,8 +266,6 @@ def cmd_rehearsal_summary(args) -> None:
 
 
 def cmd_toy(args) -> None:
-    from fedbayes.reports.toys import TOYS
-
     p = _params(args)
     if args.name not in TOYS:
         raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
@@ -417,8 +273,6 @@ def cmd_toy(args) -> None:
 
 
 def cmd_select(args) -> None:
-    from fedbayes.reports.selection import write_selection
-
     sel = write_selection(_params(args), args.experiment, args.method, args.out)
     if "from" in sel["criterion"]:
         print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
@@ -428,10 +282,6 @@ def cmd_select(args) -> None:
 
 
 def cmd_sweep_report(args) -> None:
-    from fedbayes.config import experiment_config
-    from fedbayes.fileio import write_text_atomic
-    from fedbayes.reports.selection import sweep_frame
-
     p = _params(args)
     df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
@@ -441,8 +291,6 @@ def cmd_sweep_report(args) -> None:
 def cmd_track(args) -> None:
     """Import runs into MLflow: one (``--point/--seed/--run-dir``) or every ``--run`` of one (experiment,
     method) in one process, so MLflow's import (seconds) is paid once per method, not once per run."""
-    from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
-
     p = _params(args)
     runs = args.run or [(args.point, args.seed, args.run_dir, args.partition_figure)]
     if any(r[1] is None or r[2] is None for r in runs):
@@ -574,10 +422,6 @@ def main(argv=None) -> None:
     sp.set_defaults(fn=cmd_track)
 
     args = ap.parse_args(argv)
-    from fedbayes.config import ConfigError
-    from fedbayes.data import DataIntegrityError, DataUnavailableError
-    from fedbayes.partition import PartitionIntegrityError
-    from fedbayes.runfiles import DamagedFile
 
     try:
         args.fn(args)

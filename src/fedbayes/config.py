@@ -12,12 +12,15 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from fedbayes.data import DATASETS
 from fedbayes.fileio import YAMLInputError, load_yaml
+from fedbayes.published import load_paper, published_row
 
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
 SCALES = ("paper", "smoke", "rehearsal")
@@ -271,7 +274,6 @@ def check_semantics(params: dict) -> None:
     from fedbayes.catalog import METHOD_VARIANTS as METHODS
     from fedbayes.catalog import MODEL_KEYS
     from fedbayes.catalog import MODEL_NAMES as MODELS
-    from fedbayes.data import DATASETS
 
     problems = []
     if params.get("scale", "paper") not in SCALES:
@@ -323,8 +325,6 @@ def check_semantics(params: dict) -> None:
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
     problems += _unused_name_problems(params, METHODS)
-    from fedbayes.reports.published import load_paper, published_row
-
     from fedbayes.catalog import split_variant
 
     h = params.get("headline")
@@ -620,7 +620,7 @@ def experiment_config(params: dict, name: str) -> dict:
 
 
 DEFAULT_POINT = "default"
-POINT_ID = __import__("re").compile(r"[A-Za-z0-9_.=+-]+")   # a run directory's name (the DAG's {point} wildcard)
+POINT_ID = re.compile(r"[A-Za-z0-9_.=+-]+")   # a run directory's name (the DAG's {point} wildcard)
 
 
 def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict]:
@@ -726,13 +726,23 @@ def config_hash(cfg: Any) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def raw_root(raw: str, stand_in: str | None) -> str:
+    """The datasets' folder: ``raw``, or on stand-in data of size ``stand_in`` ``<raw>-stand-in/<size>``."""
+    return f"{raw}-{STAND_IN}/{stand_in}" if stand_in else raw
+
+
+def recorded_stand_in(cfg: dict) -> str | None:
+    """The stand-in size a run configuration (``run_config``, a run.json's) ran on; None: the real data."""
+    m = re.fullmatch(rf"{STAND_IN} \((\w+)\)", cfg.get("data") or "")
+    return m.group(1) if m else None
+
+
 def paths(params: dict) -> dict:
     """Output roots; smoke-scale partitions, runs, work files and reports (tables, sweeps, figures) live
     in a ``<root>/smoke`` subfolder (``<root>/rehearsal`` at rehearsal scale), so the smoke command never
     overwrites a paper-scale file; stand-in data lives in ``<raw>-stand-in/<size>``."""
     p = dict(params["paths"])
-    if stand_in_size(params):  # generated stand-ins, never in the real data's folder
-        p["raw"] = f"{p['raw']}-{STAND_IN}/{stand_in_size(params)}"
+    p["raw"] = raw_root(p["raw"], stand_in_size(params))  # generated stand-ins, never in the real data's folder
     if params.get("scale", "paper") != "paper":
         sub = params["scale"]
         p["partitions"] = f"{p['partitions']}/{sub}"

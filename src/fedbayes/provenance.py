@@ -14,6 +14,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from fedbayes.methods.spec import plugin_origin
+
 PACKAGE = Path(__file__).resolve().parent
 SOURCE_SUFFIXES = (".py", ".yaml", ".cpp", ".c", ".h")   # every file that computes or holds numbers
 
@@ -82,8 +84,6 @@ def plugin_identity(method: str) -> dict | None:
     its spec and implementation live in (``source_hash`` covers fedbayes' own only); None for a built-in
     method, whose run.json, MLflow tags and resume key therefore carry nothing new. In run.json
     (``plugin``), the MLflow tags and ``resume_key``."""
-    from fedbayes.methods.spec import plugin_origin
-
     origin = plugin_origin(method)
     if origin is None:
         return None

@@ -64,11 +64,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
-from fedbayes.config import paths
-from fedbayes.fileio import exclusive_lock
+from fedbayes.catalog import METHOD_VARIANTS, recorded_defaults
+from fedbayes.config import experiment_config, paths, stand_in_size, table_figures
+from fedbayes.fileio import exclusive_lock, write_text_atomic
+from fedbayes.reports.cells import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
-
-from fedbayes.reports.tables import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 
 NON_METRICS = {"round"}
 EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)
@@ -152,8 +152,6 @@ MARKER_STORE = "store "   # the marker's first line: "store <tracking URI>"
 def write_marker(path: str | Path, uri: str, imported: list[dict]) -> None:
     """``fedbayes track --marker``: the store, then a line per MLflow run (the method's own, each
     variant's): "<run id> <point> seed<seed> <experiment id> <run key> <content hash>"."""
-    from fedbayes.fileio import write_text_atomic
-
     lines = [MARKER_STORE + uri] + [f"{r['run_id']} {r['point']} seed{r['seed']} {r['experiment_id']} {r['key']} "
                                     f"{r['content_hash']}" for r in imported]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -424,14 +422,11 @@ def _relative(path: Path) -> str:
 
 def experiment_description(p: dict, experiment: str) -> str:
     """mlflow.note.content of an experiment: what it is, which tables read it, how to read its runs."""
-    from fedbayes.config import experiment_config, table_figures
-
     try:
         e = experiment_config(p, experiment)
     except Exception:  # an experiment params.yaml does not define (a test's): the generic part only
         e = {}
     lines = [f"# {experiment} ({p.get('scale', 'paper')} scale)", ""]
-    from fedbayes.config import stand_in_size
 
     if stand_in_size(p):
         lines += [f"**STAND-IN REHEARSAL**: trained on generated stand-in data (size {stand_in_size(p)}), not on "
@@ -552,7 +547,6 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from fedbayes.catalog import recorded_defaults
 
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
@@ -673,8 +667,6 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
 
 def _variant_kinds(method: str) -> dict[str, str]:
     """variant → "point" | "samples" (fedbayes.catalog); {} for a method the catalogue does not know."""
-    from fedbayes.catalog import METHOD_VARIANTS
-
     return METHOD_VARIANTS.get(method, {})
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
                              seeds, selection, selection_seeds, stand_in_size, swept_points, sweep_points,
                              table_figures)
+from fedbayes import runpaths
 from fedbayes.catalog import split_variant
 from fedbayes.reports.headline import plot_files as headline_plot_files
 from fedbayes.reports.toys import TOYS
@@ -98,17 +99,24 @@ def datasets_of(name):
     return [f"{WORK}/data/{d}.json" for d in experiment_datasets(name)]
 
 
-def partition_figure_of(experiment, seed):
-    if SCALE == "paper":
-        return f"{REPORTS}/figures/partitions/{experiment}_seed{seed}.png"
-    return f"{PART}/{experiment}/seed{seed}.png"
-
-
-RUN = f"{RUNS}/{{experiment}}/{{method}}/{{point}}/seed{{seed}}"  # one training run
-
-
+# The output layout is fedbayes.runpaths' (the CLI and the reports read the same); a name may be a wildcard.
 def run_dir(experiment, method, point, seed):
-    return f"{RUNS}/{experiment}/{method}/{point}/seed{seed}"
+    return str(runpaths.run_dir(PATHS, experiment, method, point, seed))
+
+
+def selected_file(experiment, method):
+    return str(runpaths.selected_file(PATHS, experiment, method))
+
+
+def partition_file(experiment, seed):
+    return str(runpaths.partition_file(PATHS, experiment, seed))
+
+
+def partition_figure_of(experiment, seed):
+    return str(runpaths.partition_figure(PATHS, SCALE, experiment, seed))
+
+
+RUN = run_dir("{experiment}", "{method}", "{point}", "{seed}")  # one training run
 
 
 def marker_input(path, why, reasons):

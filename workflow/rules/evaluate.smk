@@ -33,7 +33,7 @@ rule evaluate:
 
 def selection_source(wc):
     """The selected.json of the experiment this one takes its selection from (selection_from), if any."""
-    return [f"{RUNS}/{s}/{wc.method}/selected.json" for s in [experiment(wc.experiment).get("selection_from")] if s]
+    return [selected_file(s, wc.method) for s in [experiment(wc.experiment).get("selection_from")] if s]
 
 
 checkpoint select:
@@ -46,11 +46,11 @@ checkpoint select:
         # ancient: in a clone the other experiment's file may be checked out later; a changed selection
         # there still reaches this job through params.source (the point it selected)
         source=lambda wc: [ancient(f) for f in selection_source(wc)],
-        code=fixed(code("reports/selection.py", "reports/tables.py")),
+        code=fixed(code("reports/selection.py", "reports/cells.py", "runpaths.py")),
     output:
-        f"{RUNS}/{{experiment}}/{{method}}/selected.json",
+        selected_file("{experiment}", "{method}"),
     params:
-        code=code_hash(code("reports/selection.py", "reports/tables.py")),
+        code=code_hash(code("reports/selection.py", "reports/cells.py", "runpaths.py")),
         grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
         source=lambda wc: [json.loads(Path(f).read_text())["point"] if Path(f).exists() else "" for f in selection_source(wc)],
@@ -59,7 +59,7 @@ checkpoint select:
 
 
 def selections(wc):
-    return [f"{RUNS}/{wc.experiment}/{m}/selected.json" for m in experiment(wc.experiment)["methods"]]
+    return [selected_file(wc.experiment, m) for m in experiment(wc.experiment)["methods"]]
 
 
 rule sweep_report:

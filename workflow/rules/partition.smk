@@ -6,8 +6,8 @@ rule partition:
         data=lambda wc: fixed(datasets_of(wc.experiment)[:1]),
         code=lambda wc: fixed(code("partition", "engine/seeds.py") + dataset_code(wc.experiment)),
     output:
-        npz=f"{PART}/{{experiment}}/seed{{seed}}.npz",
-        figure=f"{REPORTS}/figures/partitions/{{experiment}}_seed{{seed}}.png" if SCALE == "paper" else f"{PART}/{{experiment}}/seed{{seed}}.png",
+        npz=partition_file("{experiment}", "{seed}"),
+        figure=partition_figure_of("{experiment}", "{seed}"),
     params:
         cfg=lambda wc: json.dumps(partition_config(config, wc.experiment, int(wc.seed)), sort_keys=True),
         code=lambda wc: code_hash(code("partition", "engine/seeds.py") + dataset_code(wc.experiment)),

@@ -63,7 +63,7 @@ def selected_runs(experiment, method, table_csv):
     def inputs(wc):
         if not experiment_available(experiment):
             return []
-        selected = f"{RUNS}/{experiment}/{method}/selected.json"
+        selected = selected_file(experiment, method)
         if not Path(selected).exists():
             if not Path(table_csv).exists():
                 return [selected]
@@ -109,7 +109,7 @@ for _table, _spec in config["tables"].items():
             status=table_status(_exps),
             sweeps=sweep_reports(_table, _spec, _exps),
             notes=[in_report(_spec["notes"], _table, "notes", "notes")] if "notes" in _spec else [],
-            code=fixed(code("reports", "papers")),
+            code=fixed(code("reports", "papers", "published.py", "runpaths.py")),
         output:
             csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
             md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
@@ -118,7 +118,7 @@ for _table, _spec in config["tables"].items():
             spec=json.dumps({k: v for k, v in _spec.items() if k != "sweeps"}, sort_keys=True),  # where, not what
             std_ddof=config.get("std_ddof", 1),
             runs=json.dumps(_pairs, sort_keys=True),
-            code=code_hash(code("reports", "papers")),
+            code=code_hash(code("reports", "papers", "published.py", "runpaths.py")),
             name=_table,
         shell:
             cli("table") + " {params.name:q} --out {output.csv:q}"
@@ -130,7 +130,7 @@ for _toy in config.get("toys", {}):
         name:
             f"toy_{_toy.replace('/', '_')}"
         input:
-            code=fixed(code("toys", "reports/toys.py", "papers")),
+            code=fixed(code("toys", "reports/toys.py", "papers", "published.py")),
             data=fixed([f"{WORK}/data/{d}.json" for d in TOYS[_toy].datasets]),  # the datasets it reads, fetched
         output:
             csv=in_report(f"{REPORTS}/{_toy}.csv", _toy, "toy"),
@@ -138,7 +138,7 @@ for _toy in config.get("toys", {}):
             figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOYS[_toy].figures],  # beside it
         params:
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
-            code=code_hash(code("toys", "reports/toys.py", "papers")),
+            code=code_hash(code("toys", "reports/toys.py", "papers", "published.py")),
             name=_toy,
         shell:
             cli("toy") + " {params.name:q} --out {output.csv:q}"
@@ -153,12 +153,12 @@ rule scorecard:
         tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
-        code=fixed(code("reports/scorecard.py", "papers")),
+        code=fixed(code("reports/scorecard.py", "papers", "published.py")),
     output:
         f"{REPORTS}/README.md",
     params:
         spec=json.dumps(_SC, sort_keys=True),
-        code=code_hash(code("reports/scorecard.py", "papers")),
+        code=code_hash(code("reports/scorecard.py", "papers", "published.py")),
     shell:
         cli("scorecard") + " --out {output:q}"
 
@@ -174,14 +174,14 @@ if HEADLINE:
     rule headline:
         input:
             table=f"{REPORTS}/{HEADLINE['table']}.csv",
-            code=fixed(code("reports/headline.py", "reports/tables.py")),
+            code=fixed(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py")),
         output:
             metrics=directory(f"{REPORTS}/metrics"),
             plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
                    for f in headline_plot_files(config)],
         params:
             spec=json.dumps(HEADLINE, sort_keys=True),
-            code=code_hash(code("reports/headline.py", "reports/tables.py")),
+            code=code_hash(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py")),
         shell:
             cli("headline") + " {input.table:q} --out {output.metrics:q}"
 

@@ -30,7 +30,7 @@ rule mlflow_log:
         lost=store_lost,
         runs=lambda wc: [f"{run_dir(wc.experiment, wc.method, pt, s)}/{f}"
                          for pt, s in method_runs(wc.experiment, wc.method) for f in ("metrics.json", "history.csv")],
-        selected=f"{RUNS}/{{experiment}}/{{method}}/selected.json",
+        selected=selected_file("{experiment}", "{method}"),
         figures=lambda wc: sorted({partition_figure_of(wc.experiment, s) for _, s in method_runs(wc.experiment, wc.method)}),
     output:
         f"{WORK}/mlflow/{{experiment}}/{{method}}.runs",

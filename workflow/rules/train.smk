@@ -94,7 +94,7 @@ rule train:
         cfg=lambda wc: json.dumps(run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point), sort_keys=True),
         numerics=numerics_key,
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
-        partition=f"{PART}/{{experiment}}/seed{{seed}}.npz",
+        partition=partition_file("{experiment}", "{seed}"),
     threads: 1
     log:
         f"{WORK}/logs/train/{{experiment}}/{{method}}/{{point}}/seed{{seed}}.log",

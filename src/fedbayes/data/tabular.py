@@ -33,7 +33,8 @@ from then on the file is verified like any other.
   that the PVI heterogeneous split gives its 6% / 66% positive rates.
 * Split after the shuffle: ``n_test = ceil(0.2 n)``, train = the first
   ``n - n_test`` rows (522 / 131 on the real file).
-* :func:`credit_heterogeneous_split` gives the PVI heterogeneous clients.
+* The PVI heterogeneous clients are a partition scheme
+  (``fedbayes.partition.schemes.pvi_heterogeneous``).
 
 ``flamby_heart`` -- FLamby Fed-Heart-Disease (UCI heart disease), spec §4.1
 ---------------------------------------------------------------------------
@@ -185,56 +186,6 @@ register(DatasetSpec(
     urls=(CREDIT_URL,),
     fix_hint=_PIN_HINT.format(files=CREDIT_FILE, url=CREDIT_URL, name="uci_credit"),
 ))
-
-
-def credit_heterogeneous_split(y_train: np.ndarray, n_clients: int = 10,
-                               client_size_factor: float = 0.3,
-                               class_balance_factor: float = 0.9,
-                               rng: np.random.Generator | int | None = 0) -> list[np.ndarray]:
-    """PVI's heterogeneous UCI split (Ashman et al. 2022; spec §4.1): indices per client.
-
-    With N points and K clients, the first ``K // 2`` clients are *small*, of
-    ``floor((1 - client_size_factor) N / K)`` points, the rest *big*, of
-    ``floor((1 + client_size_factor) N / K)`` points.  A small client's class
-    mix is ``c * [1, 0] + (1 - c) * (overall class distribution)`` with
-    ``c = class_balance_factor``: it gets ``floor(size * that negative share)``
-    points of class 0 and the rest of class 1, drawn without replacement.  The
-    big clients are then drawn uniformly without replacement from the pool
-    left over, so they are enriched in class 1; points left after that are
-    unused.  On N = 522 with 236 positives: 5 x 36 points (34 negatives + 2
-    positives; any c in about [0.8771, 0.9386) gives this) and 5 x 67 points from a
-    pool 66% positive; 7 points unused.
-    """
-    y = np.asarray(y_train)
-    if y.ndim != 1 or (len(y) and not np.isin(y, (0, 1)).all()):
-        raise ValueError("y_train must be a 1-d array of 0/1 labels")
-    if not 0.0 <= client_size_factor < 1.0 or not 0.0 <= class_balance_factor <= 1.0:
-        raise ValueError("client_size_factor must be in [0, 1), class_balance_factor in [0, 1]")
-    gen = np.random.default_rng(rng)
-    n = len(y)
-    n_small = n_clients // 2
-    small = int(math.floor((1.0 - client_size_factor) * n / n_clients))
-    big = int(math.floor((1.0 + client_size_factor) * n / n_clients))
-    neg_share = class_balance_factor + (1.0 - class_balance_factor) * float((y == 0).mean())
-    n_neg = int(math.floor(small * neg_share))
-    n_pos = small - n_neg
-    neg, pos = np.flatnonzero(y == 0), np.flatnonzero(y == 1)
-    if n_small * n_neg > len(neg) or n_small * n_pos > len(pos):
-        raise ValueError(f"not enough points per class for {n_small} small clients of "
-                         f"{n_neg} negatives + {n_pos} positives")
-    neg, pos = gen.permutation(neg), gen.permutation(pos)
-    clients = []
-    for k in range(n_small):
-        idx = np.concatenate([neg[k * n_neg:(k + 1) * n_neg], pos[k * n_pos:(k + 1) * n_pos]])
-        clients.append(np.sort(idx))
-    pool = np.concatenate([neg[n_small * n_neg:], pos[n_small * n_pos:]])
-    n_big = n_clients - n_small
-    if n_big * big > len(pool):
-        raise ValueError(f"pool of {len(pool)} points too small for {n_big} clients of {big}")
-    pool = gen.permutation(pool)
-    for k in range(n_big):
-        clients.append(np.sort(pool[k * big:(k + 1) * big]))
-    return clients
 
 
 # ------------------------------------------------------------- FLamby-Heart

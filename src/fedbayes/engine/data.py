@@ -6,15 +6,14 @@ import numpy as np
 import torch
 
 from fedbayes import data as ds
-from fedbayes.data.root import data_root
 from fedbayes.engine.loop import RunData, preprocess
 from fedbayes.partition import load_partition
 
 
-def load_run_data(p: dict, cfg: dict, partition: str | tuple[list[np.ndarray], dict], device):
-    """Arrays → preprocessed tensors on ``device`` for one run; ``partition`` is a partition file or
-    the ``(parts, meta)`` already read from one."""
-    raw = data_root(p)
+def load_run_data(raw: str, cfg: dict, partition: str | tuple[list[np.ndarray], dict], device):
+    """Arrays → preprocessed tensors on ``device`` for one run, its datasets read from ``raw`` (a data
+    root: ``engine.partitions.data_root``); ``partition`` is a partition file or the ``(parts, meta)``
+    already read from one."""
     arrays = ds.load(cfg["dataset"], root=raw)
     parts, meta = partition if isinstance(partition, tuple) else load_partition(partition)
     used = np.concatenate(parts)

@@ -23,6 +23,17 @@ import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from fedbayes.catalog import FROZEN_DEFAULTS, method_defaults, numerics
+from fedbayes.config import raw_root, recorded_stand_in
+from fedbayes.data import make_synthetic
+from fedbayes.data.root import open_data_root
+from fedbayes.engine.partitions import build_partition
+from fedbayes.fileio import write_text_atomic
+from fedbayes.partition import make_partition
+from fedbayes.provenance import plugin_identity, source_hash
+
 # history columns that measure the machine, not the numbers (time, wall-clock, evaluation seconds)
 TIMING = ("time_s", "wall_s", "eval_s")
 
@@ -47,27 +58,29 @@ def _same(a: str, b) -> bool:
 
 def replay_run(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw", device: str = "cpu") -> list[str]:
     """Retrain rounds 0..``rounds`` of the finished run in ``run_dir`` (its recorded configuration, its
-    partition rebuilt from that configuration) and return ``round N: column committed != replayed``
-    for every value that differs from its ``history.csv``; [] when they agree bit for bit."""
+    partition rebuilt from that configuration, its datasets under ``raw``, or their stand-ins beside it for
+    a run on stand-in data) and return ``round N: column committed != replayed`` for every value that
+    differs from its ``history.csv``; [] when they agree bit for bit."""
     import torch
 
-    from fedbayes.cli import write_partition
-    from fedbayes.engine.data import load_run_data
+    from fedbayes.engine.data import load_run_data  # these two import torch (seconds): only a replay pays it
     from fedbayes.engine.loop import run_federated
 
     run_dir = Path(run_dir)
     info = json.loads((run_dir / "run.json").read_text())
     cfg = dict(info["config"])
     committed = read_history(run_dir / "history.csv")
+    stand_in = recorded_stand_in(cfg)
+    root = open_data_root(raw_root(raw, stand_in), stand_in)
+    pc = {k: cfg[k] for k in ("dataset", "subsample", "clients", "partition", "seed")}  # config.partition_config's keys
     threads = torch.get_num_threads()
     torch.set_num_threads(int(info.get("threads", 1)))  # the thread count the run was trained with
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            params = _params_for(cfg, raw)
-            parts = write_partition(params, cfg["experiment"], cfg["seed"], f"{tmp}/partition.npz")
+            parts = build_partition(pc, root, cfg["experiment"], f"{tmp}/partition.npz")
             if cfg.get("partition_hash") and parts[1]["hash"] != cfg["partition_hash"]:
                 return [f"partition hash {parts[1]['hash']} != recorded {cfg['partition_hash']}"]
-            data, _ = load_run_data(params, cfg, parts, torch.device(device))
+            data, _ = load_run_data(root, cfg, parts, torch.device(device))
             replayed = run_federated(cfg, data, f"{tmp}/run", torch.device(device), log=lambda m: None,
                                      stop_after=rounds)
     finally:
@@ -80,14 +93,6 @@ def replay_run(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw", devi
     return diffs
 
 
-def _params_for(cfg: dict, raw: str) -> dict:
-    """The smallest params dict that ``write_partition`` and ``load_run_data`` need for one recorded run
-    configuration: its experiment, as the run recorded it."""
-    keys = ("dataset", "subsample", "clients", "partition")
-    return {"paths": {"raw": raw}, "scale": cfg.get("scale", "paper"),
-            "experiments": {cfg["experiment"]: {k: cfg[k] for k in keys}}}
-
-
 # what a golden's run is shrunk to: seconds on a CPU, whatever the method's real settings
 GOLDEN_SIZES = dict(local_epochs=2, batch_size=32, server_iters=20, pred_samples=3, mc_every=1, burn_in=1,
                     laplace_epochs=1, ngvi_epochs=1, ngvi_samples=2)
@@ -95,8 +100,6 @@ GOLDEN_SIZES = dict(local_epochs=2, batch_size=32, server_iters=20, pred_samples
 
 def golden_name(method: str) -> str:
     """``<method>.v<core>.<method version>.json``: a golden holds one numerics version's numbers."""
-    from fedbayes.catalog import numerics
-
     v = numerics(method)
     return f"{method}.v{v['core']}.{v['method']}.json"
 
@@ -104,12 +107,9 @@ def golden_name(method: str) -> str:
 def golden_history(method: str, hp: dict, tmp: str | Path) -> list[dict]:
     """The method on a tiny synthetic problem: 4 Dirichlet clients, a 32-16 ReLU MLP, 3 rounds, one CPU
     thread (what a numerics golden records)."""
-    import numpy as np
     import torch
 
-    from fedbayes.data import make_synthetic
-    from fedbayes.engine import RunData, preprocess, run_federated
-    from fedbayes.partition import make_partition
+    from fedbayes.engine.loop import RunData, preprocess, run_federated  # imports torch (seconds)
 
     a = make_synthetic()
     idx = np.arange(400)
@@ -136,16 +136,12 @@ def golden_hparams_with_defaults(golden: dict) -> dict:
     written since they are recorded), else ``catalog.FROZEN_DEFAULTS`` (the defaults when the committed
     goldens were written). An edited default is a configuration change (the rerun rule reruns the runs
     that read it), not a numbers change of the code: the golden is replayed under its own defaults."""
-    from fedbayes.catalog import FROZEN_DEFAULTS
-
     defaults = golden["defaults"] if "defaults" in golden else FROZEN_DEFAULTS.get(golden["method"], {})
     return {**defaults, **golden["hparams"]}
 
 
 def make_golden(method: str, hp: dict, tmp: str | Path) -> dict:
     """A numerics golden of the code at hand: its hyperparameters, the spec defaults it read, its history."""
-    from fedbayes.catalog import method_defaults
-
     return {"method": method, "hparams": hp, "defaults": method_defaults(method, hp),
             "history": as_text(golden_history(method, hp, tmp))}
 
@@ -163,9 +159,6 @@ def code_fingerprint(method: str) -> str:
     """What the method's numbers are computed by: fedbayes' sources (``provenance.source_hash``, the
     shared core and every method: one hash, no import graph to keep right), a plug-in's package
     (``provenance.plugin_identity``) and the numerics versions the run would record."""
-    from fedbayes.catalog import numerics
-    from fedbayes.provenance import plugin_identity, source_hash
-
     plugin = plugin_identity(method)
     v = numerics(method)
     return f"{source_hash()}/{plugin['source'] if plugin else '-'}/v{v['core']}.{v['method']}"
@@ -188,8 +181,6 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
     nothing. The golden is ``goldens/<golden_name>``, else the workflow's own baseline beside ``record``,
     which a method without a committed golden (a plug-in, a version bumped without writing one) gets
     on its first check, from ``hparams`` (one of its runs' configurations, shrunk to ``GOLDEN_SIZES``)."""
-    from fedbayes.fileio import write_text_atomic
-
     record = Path(record)
     name = golden_name(method)
     path = Path(goldens) / name

@@ -22,9 +22,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fedbayes.catalog import split_variant
-from fedbayes.config import comparable_experiments, experiment_config, seeds
+from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import save_figure_atomic
+from fedbayes.published import published_rounds, published_row, published_value
+from fedbayes.reports.cells import experiment_status
+from fedbayes.reports.selection import selected_point
 from fedbayes.runfiles import read_history, read_metrics
+from fedbayes.runpaths import run_dir
 
 MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
 METRICS = {"test/acc": ("accuracy (%)", 100.0), "test/nll": ("NLL (nats)", 1.0), "test/ece": ("ECE", 1.0)}
@@ -91,13 +95,11 @@ def family_of(base: str) -> str:
 
 def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
     """(selected point, long frame round/seed/metric/value) of a table method on an experiment."""
-    from fedbayes.reports.selection import run_dir, selected_point
-
     base, variant = split_variant(method)
     point = selected_point(p, exp, base)
     frames = []
     for s in seeds(p, exp, base):
-        h = read_history(run_dir(p, exp, base, point, s))
+        h = read_history(run_dir(paths(p), exp, base, point, s))
         for metric, (_, mult) in METRICS.items():
             col = f"{variant}/{metric}" if variant else metric
             if col in h:
@@ -124,8 +126,6 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
     named in the title instead); dashed horizontal lines mark rounds-to-target tables' targets."""
     import seaborn as sns
 
-    from fedbayes.reports.published import published_value
-    from fedbayes.reports.tables import experiment_status
 
     ours = comparable_experiments(spec)
     exps = [x for x in ours if experiment_status(p, x) == "ok"]
@@ -213,8 +213,6 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
     stored bins are those of its main variant, e.g. BayesADMM's MC predictive)."""
     import seaborn as sns
 
-    from fedbayes.reports.selection import run_dir, selected_point
-    from fedbayes.reports.tables import experiment_status
 
     exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
     bases = list(dict.fromkeys(split_variant(m)[0] for m in spec["methods"]))
@@ -240,7 +238,7 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
                 ax = axes[xi * rows_per_exp + k // ncol][k % ncol]
                 ax.set_visible(True)
                 point = selected_point(p, x, base)
-                bins = [read_metrics(run_dir(p, x, base, point, s)).get("reliability", [])
+                bins = [read_metrics(run_dir(paths(p), x, base, point, s)).get("reliability", [])
                         for s in seeds(p, x, base)]
                 if not bins or not all(bins):
                     ax.axis("off")
@@ -279,7 +277,6 @@ def published_only(p: dict, spec: dict, path: str | Path, metrics: list[str], wh
     the table publishes none of ``metrics``."""
     import seaborn as sns
 
-    from fedbayes.reports.published import published_rounds, published_row, published_value
 
     refs = spec.get("published", [])
     to_target = spec.get("statistic") == "rounds_to_target"

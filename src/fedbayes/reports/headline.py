@@ -24,7 +24,9 @@ import pandas as pd
 from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
-from fedbayes.reports.tables import PERCENT, experiment_status
+from fedbayes.reports.cells import PERCENT, experiment_status
+from fedbayes.reports.selection import selected_point
+from fedbayes.runpaths import run_dir
 
 
 def slug(metric: str) -> str:
@@ -58,8 +60,6 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
     selected runs, every seed), the mean over seeds of ``metric``.
     In the DAG the runs exist (the table read them); run by hand, a method with a run absent (a rerun in
     progress) gets no column and its name is added to ``absent``."""
-    from fedbayes.reports.selection import run_dir, selected_point
-
     spec = p["tables"][p["headline"]["table"]]
     cols = {}
     if experiment_status(p, exp) == "ok":
@@ -70,7 +70,7 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
                 continue
             point = selected_point(p, exp, base)
             col = f"{variant}/{metric}" if variant else metric
-            files = [run_dir(p, exp, base, point, s) / "history.csv" for s in seeds(p, exp, base)]
+            files = [run_dir(paths(p), exp, base, point, s) / "history.csv" for s in seeds(p, exp, base)]
             if not all(f.exists() for f in files):
                 if absent is not None:
                     absent.append(f"{exp}/{method}")

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbayes.config import paths
-from fedbayes.fileio import load_yaml
+from fedbayes.config import ConfigError, paths, stand_in_size, table_figures
+from fedbayes.fileio import load_yaml, write_text_atomic
+from fedbayes.published import load_paper
 
 VERDICTS = ("within tolerance", "outside tolerance", "no tolerance set", "not run (data unavailable)",
             "not run (other)", "diverged", "not comparable")
@@ -94,6 +95,24 @@ def substitute_cells(df: pd.DataFrame, spec: dict) -> pd.DataFrame:
 def counts(cells: pd.DataFrame) -> dict:
     c = cells.verdict.value_counts().to_dict() if len(cells) else {}
     return {v: int(c.get(v, 0)) for v in VERDICTS}
+
+
+def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
+    """What a person reads after a table job (instead of the frame): what was built, the published
+    cells by verdict (the scorecard's classification, :func:`verdict`), and where the files are."""
+    c = counts(published_cells(df))
+    not_run = c["not run (data unavailable)"] + c["not run (other)"]
+    extra = [f"{n} {what}" for n, what in ((c["not comparable"], "not comparable"),
+                                           (c["no tolerance set"], "without a tolerance for their metric"),
+                                           (c["diverged"], "diverged")) if n]
+    if "scale" in df and (df["scale"] == "rehearsal").any():
+        return [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with numbers): "
+                "stand-in rehearsal, no verdict"] + [f"  wrote {f}" for f in files]
+    lines = [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with our numbers), "
+             f"{sum(c.values())} with a published value: {c['within tolerance']} within tolerance, "
+             f"{c['outside tolerance']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]
+    lines += [f"  wrote {f}" for f in files]
+    return lines
 
 
 def table_order(names) -> list[str]:
@@ -201,8 +220,6 @@ def check_claim(df: pd.DataFrame, paper: str, claim: dict, substitutes=()) -> Cl
 
 
 def paper_claims(papers: list[str]) -> list[tuple[str, dict]]:
-    from fedbayes.reports.published import load_paper
-
     return [(paper, c) for paper in papers for c in load_paper(paper).get("claims", [])]
 
 
@@ -232,11 +249,6 @@ def _cause_of(causes: list[dict], row: dict) -> dict | None:
 
 def build_scorecard(p: dict, out: str | Path) -> dict:
     """Write the scorecard to ``out`` and return its counts ({table: {verdict: n}} plus "distinct")."""
-    from fedbayes.config import table_figures
-    from fedbayes.reports.published import load_paper
-
-    from fedbayes.config import ConfigError, stand_in_size
-
     if stand_in_size(p):
         raise ConfigError(f"scale {p['scale']}: the scorecard scores results on the real data, and a rehearsal "
                           "runs on stand-in data only; its tables say what ran")
@@ -352,8 +364,6 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         L.append(f"- [{name}]({_link(str(reports / (name + '.md')), reports)}) — {spec.get('title', '')}"
                  + ("; " + ", ".join(figs + notes) if figs or notes else ""))
     L.append("")
-    from fedbayes.fileio import write_text_atomic
-
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, "\n".join(L))
     return result

@@ -16,32 +16,21 @@ import pandas as pd
 
 from fedbayes.config import paths, selection, selection_seeds, sweep_points
 from fedbayes.fileio import write_text_atomic
-from fedbayes.reports.tables import cell_value, diverged_before
+from fedbayes.reports.cells import cell_value, diverged_before
 from fedbayes.runfiles import read_metrics, read_selected
-
-
-def runs_root(p: dict) -> Path:
-    return Path(paths(p)["runs"])
-
-
-def run_dir(p: dict, experiment: str, method: str, point: str, seed: int) -> Path:
-    return runs_root(p) / experiment / method / point / f"seed{seed}"
-
-
-def selected_path(p: dict, experiment: str, method: str) -> Path:
-    return runs_root(p) / experiment / method / "selected.json"
+from fedbayes.runpaths import run_dir, selected_file
 
 
 def select(p: dict, experiment: str, method: str) -> dict:
     crit = selection(p, experiment)
     if "from" in crit:  # the point another experiment selected (selection_from): no grid of our own
-        src = read_selected(selected_path(p, crit["from"], method))
+        src = read_selected(selected_file(paths(p), crit["from"], method))
         return {"experiment": experiment, "method": method, "point": src["point"], "hparams": src["hparams"],
                 "criterion": crit, "candidates": []}
     candidates = []
     on = selection_seeds(p, experiment, method)
     for point, values in sweep_points(p, experiment, method).items():
-        ms = [read_metrics(run_dir(p, experiment, method, point, s)) for s in on]
+        ms = [read_metrics(run_dir(paths(p), experiment, method, point, s)) for s in on]
         # a point diverged on any seed has no value and is never selected
         r = max((d for m in ms if (d := diverged_before(m, crit["round"]))), default=None)
         vals = [cell_value(m, crit["metric"], crit["round"], crit["statistic"]) for m in ms] if not r else []
@@ -59,18 +48,18 @@ def select(p: dict, experiment: str, method: str) -> dict:
 
 def write_selection(p: dict, experiment: str, method: str, out: str | Path | None = None) -> dict:
     sel = select(p, experiment, method)
-    write_text_atomic(out or selected_path(p, experiment, method), json.dumps(sel, indent=1) + "\n")
+    write_text_atomic(out or selected_file(paths(p), experiment, method), json.dumps(sel, indent=1) + "\n")
     return sel
 
 
 def selected_point(p: dict, experiment: str, method: str) -> str:
-    return read_selected(selected_path(p, experiment, method))["point"]
+    return read_selected(selected_file(paths(p), experiment, method))["point"]
 
 
 def sweep_frame(p: dict, experiment: str, methods: list[str]) -> pd.DataFrame:
     rows = []
     for method in methods:
-        sel = read_selected(selected_path(p, experiment, method))
+        sel = read_selected(selected_file(paths(p), experiment, method))
         c = sel["criterion"]
         if "from" in c:
             rows.append({"experiment": experiment, "method": method, "point": sel["point"], **sel["hparams"],

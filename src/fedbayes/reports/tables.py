@@ -1,9 +1,10 @@
 """Tables: ours (mean ± std over seeds of each run's per-cell statistic) beside the published value.
 
 A cell is (experiment, method, reported round R, metric). Each run's value is the table statistic
-over its evaluated rounds — ``mean_last3``: mean over rounds R−2, R−1, R (the papers' "average over
-the previous 3 rounds"); ``max_last3``: their maximum; ``final``: round R — computed from the run's
-metrics.json (itself computed from saved predictions). Accuracy is shown in percent.
+(``fedbayes.reports.cells``) over its evaluated rounds — ``mean_last3``: mean over rounds R−2, R−1, R
+(the papers' "average over the previous 3 rounds"); ``max_last3``: their maximum; ``final``: round R —
+computed from the run's metrics.json (itself computed from saved predictions). Accuracy is shown in
+percent. This module gathers the cells, renders them and draws the table's figures.
 """
 
 from __future__ import annotations
@@ -15,84 +16,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedbayes.config import comparable_experiments, experiment_config, paths, seeds, table_figures
-from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
-from fedbayes.reports.published import authors_code_value, published_rounds, published_value
-
-TAG_METRICS = ("test/precision", "test/recall", "test/micro_f1", "test/macro_f1")   # FedEP Table 3 (StackOverflow)
-PERCENT = {"test/acc", "local/acc", *TAG_METRICS}
-DIGITS = dict.fromkeys(TAG_METRICS, 2)   # as the paper prints them
-STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
-HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
-
-
-def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
-    window = [rnd] if statistic == "final" else list(range(max(1, rnd - 2), rnd + 1))
-    missing = [r for r in window if str(r) not in metrics["rounds"]]
-    if missing:
-        raise KeyError(f"rounds {missing} not evaluated in run {metrics['experiment']}/{metrics['method']}"
-                       f"/seed{metrics['seed']} (has {sorted(map(int, metrics['rounds']))})")
-    vals = np.array([metrics["rounds"][str(r)][metric] for r in window], dtype=float)
-    v = float(STATISTICS[statistic](vals))
-    return 100.0 * v if metric in PERCENT else v
-
-
-def diverged_before(metrics_or_info: dict, rnd: float) -> int | None:
-    """The round a run diverged at (metrics.json or run.json ``diverged``) if it is ≤ ``rnd``, else None."""
-    d = metrics_or_info.get("diverged")
-    return int(d["round"]) if d and d["round"] <= rnd else None
-
-
-def experiment_status(p: dict, exp: str) -> str:
-    """``"ok"``, or ``"not run (data unavailable: …)"`` when a dataset of the experiment could not be
-    obtained on this machine (the DAG's data checkpoint, ``<work>/data/<dataset>.json``)."""
-    e = experiment_config(p, exp)
-    for d in (e["dataset"], e.get("ood")):
-        if not d:
-            continue
-        status = Path(paths(p)["work"]) / "data" / f"{d}.json"
-        if status.exists():
-            st = json.loads(status.read_text())
-            if not st["available"]:
-                first = st["reason"].strip().splitlines()[0].rstrip(":")
-                return f"not run (data unavailable: {first}; see {status})"
-        elif not (Path(paths(p)["raw"]) / d / "manifest.json").exists():
-            return f"not run (data unavailable: {d} not fetched)"
-    return "ok"
+from fedbayes.config import STAND_IN, comparable_experiments, experiment_config, paths, seeds, stand_in_size, table_figures
+from fedbayes.fileio import write_text_atomic
+from fedbayes.published import authors_code_value, published_rounds, published_value
+from fedbayes.reports.cells import (DIGITS, HISTORY_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,
+                                    experiment_status, rounds_to_target, within)
+from fedbayes.reports.figures import learning_curves, reliability
+from fedbayes.reports.selection import selected_point
+from fedbayes.runfiles import DamagedFile, read_history, read_metrics, read_run_info
+from fedbayes.runpaths import run_dir
 
 
 def table_rounds(spec: dict, e: dict) -> list[int]:
     """The rounds a table reports for an experiment: all its report rounds, or only the last."""
     return e["report_rounds"][-1:] if spec.get("rounds", "all") == "last" else list(e["report_rounds"])
-
-
-def _series(history: pd.DataFrame, metric: str, variant: str = "", running: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(rounds ≥ 1, values) of a history column, in % for accuracy; ``running`` > 1 replaces each value
-    by the trailing mean of the last ``running`` rounds (NaN until the window is full; pandas
-    ``rolling``), as the FedEP paper's 10- and 100-round running averages."""
-    h = history[history["round"] >= 1]
-    vals = h[f"{variant}/{metric}" if variant else metric].astype(float)
-    if running > 1:
-        vals = vals.rolling(running).mean()
-    return h["round"].to_numpy(), vals.to_numpy() * (100.0 if metric in PERCENT else 1.0)
-
-
-def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/acc", variant: str = "",
-                     running: int = 1) -> float:
-    """First round whose metric (its ``running`` average) reaches ``target`` (in %, for accuracy); NaN if never."""
-    rounds, vals = _series(history, metric, variant, running)
-    hit = np.flatnonzero(vals >= target)
-    return float(rounds[hit[0]]) if len(hit) else float("nan")
-
-
-def best_over_rounds(history: pd.DataFrame, metric: str, rnd: int, variant: str = "", running: int = 1) -> float:
-    """The best (largest) value of ``metric`` (its ``running`` average) over rounds 1..``rnd`` of a run's
-    history (FOLA's "best GA", spec 004 D12; the FedEP paper's best 100-round running average); needs
-    the metric evaluated every round (``eval_every`` 1)."""
-    rounds, vals = _series(history, metric, variant, running)
-    vals = vals[rounds <= rnd]
-    return float(np.nanmax(vals)) if np.isfinite(vals).any() else float("nan")
 
 
 def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
@@ -107,9 +45,6 @@ def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
 
 
 def table_rows(p: dict, name: str) -> pd.DataFrame:
-    from fedbayes.reports.selection import run_dir, selected_point
-    from fedbayes.runfiles import read_history, read_metrics, read_run_info
-
     spec = p["tables"][name]
     ddof = p.get("std_ddof", 1)
     run_avg = int(spec.get("running", 1))   # running-average window of history-based statistics
@@ -128,7 +63,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
             point, runs, hists, infos = "", [], [], []
             if st == "ok":
                 point = selected_point(p, exp, base)
-                dirs = [run_dir(p, exp, base, point, s) for s in seeds(p, exp, base)]
+                dirs = [run_dir(paths(p), exp, base, point, s) for s in seeds(p, exp, base)]
                 for d in dirs:
                     check_data_source(p, d)
                 if spec["statistic"] in HISTORY_STATISTICS:
@@ -183,7 +118,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "authors_code_n": theirs[2] if theirs else float("nan"),
                         "authors_code_source": theirs[3] if theirs else "",
                         "diff": diff, "tolerance": tol.get(metric, float("nan")),
-                        "within_tol": _within(has_pub, mean, diff, tol.get(metric), key == "target" and pub is not None
+                        "within_tol": within(has_pub, mean, diff, tol.get(metric), key == "target" and pub is not None
                                               and cell_st == "ok"),
                         "scale": p["scale"], "status": cell_st, "note": note,
                     })
@@ -197,9 +132,6 @@ def check_data_source(p: dict, d: str | Path) -> None:
     """A run enters a table only on the data the table is about: a run trained on stand-in data
     (run.json's ``config.data``) never enters a table of results on the real data, nor a real run a
     rehearsal's table (DamagedFile naming the run.json)."""
-    from fedbayes.config import STAND_IN, stand_in_size
-    from fedbayes.runfiles import DamagedFile, read_run_info
-
     ran = read_run_info(d)["config"].get("data")
     want = f"{STAND_IN} ({stand_in_size(p)})" if stand_in_size(p) else None
     if ran != want:
@@ -209,16 +141,6 @@ def check_data_source(p: dict, d: str | Path) -> None:
                               "remove it; its real run is trained by the table's target")
         raise DamagedFile(path, f"was trained on {ran or 'the real'} data, not on the rehearsal's {want} data",
                           "remove it; the rehearsal trains its own")
-
-
-def _within(has_pub: bool, mean: float, diff: float, tol: float | None, target_cell: bool) -> bool | None:
-    """|ours − published| ≤ tolerance. In a rounds-to-target cell "never reached" is a result on either
-    side: both never reached agree, one reached and the other not do not."""
-    if tol is None:
-        return None
-    if target_cell and (not has_pub or math.isnan(mean)):
-        return (not has_pub) and math.isnan(mean)
-    return bool(abs(diff) <= tol) if has_pub and not math.isnan(diff) else None
 
 
 def _fmt(mean, std, n=None, digits=2) -> str:
@@ -408,8 +330,6 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus its
     figures under ``reports/figures/`` (``config.table_figures``: learning curves, and reliability
     diagrams where ECE is a metric; none for a table whose experiments are all ``not_comparable``)."""
-    from fedbayes.reports.figures import learning_curves, reliability
-
     out = Path(out)
     df = table_rows(p, name)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
@@ -419,24 +339,3 @@ def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     for f in table_figures(name, spec):
         (learning_curves if f.endswith("_curves.png") else reliability)(p, spec, fig_dir / f)
     return df
-
-
-def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
-    """What a person reads after a table job (instead of the frame): what was built, the published
-    cells by verdict (the scorecard's classification, ``scorecard.verdict``), and where the files are."""
-    from fedbayes.reports.scorecard import counts, published_cells
-
-    c = counts(published_cells(df))
-    not_run = c["not run (data unavailable)"] + c["not run (other)"]
-    extra = [f"{n} {what}" for n, what in ((c["not comparable"], "not comparable"),
-                                           (c["no tolerance set"], "without a tolerance for their metric"),
-                                           (c["diverged"], "diverged")) if n]
-    if "scale" in df and (df["scale"] == "rehearsal").any():
-        return [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with numbers): "
-                "stand-in rehearsal, no verdict"] + [f"  wrote {f}" for f in files]
-    lines = [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with our numbers), "
-             f"{sum(c.values())} with a published value: {c['within tolerance']} within tolerance, "
-             f"{c['outside tolerance']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]
-    lines += [f"  wrote {f}" for f in files]
-    return lines
-

@@ -16,17 +16,16 @@ import pandas as pd
 
 from fedbayes.config import paths
 from fedbayes.fileio import write_text_atomic
-from fedbayes.reports.published import load_paper
+from fedbayes.published import load_paper
+from fedbayes.toys import bayesadmm_toys, gaussian2d
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
 def fedep_table4(p: dict, out: str | Path) -> pd.DataFrame:
-    from fedbayes.toys import gaussian2d as g
-
     spec = p["toys"]["fedep/table4"]
     dtype = DTYPES[spec["dtype"]]
-    ours = g.table4(n_draws=spec["n_draws"], seed=spec["seed"], dtype=dtype, steps=spec["steps"])
+    ours = gaussian2d.table4(n_draws=spec["n_draws"], seed=spec["seed"], dtype=dtype, steps=spec["steps"])
     pub = load_paper("fedep")["tables"]["table4"]["rows"]["toy2d"]
     rows = []
     for method in ("fedavg", "fedpa", "fedep"):
@@ -40,8 +39,8 @@ def fedep_table4(p: dict, out: str | Path) -> pd.DataFrame:
     out = Path(out)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
     fig_dir = Path(paths(p)["reports"]) / "figures"
-    g.figure1(fig_dir / "fedep_fig1.png")
-    g.figure4_left(fig_dir / "fedep_fig4_left.png", n_draws=spec["n_draws"], seed=spec["seed"], dtype=dtype,
+    gaussian2d.figure1(fig_dir / "fedep_fig1.png")
+    gaussian2d.figure4_left(fig_dir / "fedep_fig4_left.png", n_draws=spec["n_draws"], seed=spec["seed"], dtype=dtype,
                    steps=spec["steps"])
     lines = [f"# FedEP Table 4: two-client 2-D Gaussian toy ({spec['n_draws']} draws, seed {spec['seed']}, "
              f"{spec['dtype']}, {spec['steps']} EP steps)", "",
@@ -62,16 +61,14 @@ def fedep_table4(p: dict, out: str | Path) -> pd.DataFrame:
 def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
     """BayesADMM paper Figs. 3b, 4 and 3a (``fedbayes.toys.bayesadmm_toys``), on the mnist5k digits and
     the 2-D outlier data, with the numbers behind each figure written to ``out`` (.csv and .md)."""
-    from fedbayes.toys import bayesadmm_toys as t
-
     spec = p["toys"]["bayesadmm/figures"]
     root, fig_dir = paths(p)["raw"], Path(paths(p)["reports"]) / "figures"
-    problem = t.mnist_ridge_problem(root=root)
-    check = t.onestep_check(problem, rounds=spec["fig3b_rounds"])
-    gaps = t.figure3b(fig_dir / "bayesadmm_fig3b.png", problem=problem, rounds=spec["fig3b_rounds"])
-    fig4 = t.figure4(fig_dir / "bayesadmm_fig4.png", rounds_bayes=spec["fig4_rounds_bayes"],
+    problem = bayesadmm_toys.mnist_ridge_problem(root=root)
+    check = bayesadmm_toys.onestep_check(problem, rounds=spec["fig3b_rounds"])
+    gaps = bayesadmm_toys.figure3b(fig_dir / "bayesadmm_fig3b.png", problem=problem, rounds=spec["fig3b_rounds"])
+    fig4 = bayesadmm_toys.figure4(fig_dir / "bayesadmm_fig4.png", rounds_bayes=spec["fig4_rounds_bayes"],
                      rounds_admm=spec["fig4_rounds_admm"])
-    runs3a = t.figure3a(fig_dir / "bayesadmm_fig3a.png", root=root, rounds=spec["fig3a_rounds"],
+    runs3a = bayesadmm_toys.figure3a(fig_dir / "bayesadmm_fig3a.png", root=root, rounds=spec["fig3a_rounds"],
                         inner_steps=spec["fig3a_inner_steps"])
     rows = [("3b", "BayesADMM from the prior (Prop. 3.2): ‖m̄ − θ*‖ after round 1", check.distance_round1_prior,
              "converges in one round"),

@@ -79,6 +79,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from scipy import linalg
 
+from fedbayes import data as ds
 from fedbayes.fileio import save_figure_atomic
 
 CLASS_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))  # spec F.1: K = 5 clients of two classes each
@@ -143,8 +144,6 @@ def first_n_balanced(labels: np.ndarray, n: int) -> np.ndarray:
 
 def load_mnist5k(root: str | Path = DEFAULT_ROOT) -> tuple[np.ndarray, np.ndarray]:
     """The project's ``mnist5k`` digits (uint8 ``(5000, 28, 28)``, labels ``(5000,)``; they are in x_test)."""
-    from fedbayes import data as ds
-
     a = ds.load("mnist5k", root=root)
     return a.x_test, a.y_test
 
@@ -721,7 +720,7 @@ def diag_federated_vi(data: SoftmaxData, delta: float = FIG3A["delta"], rounds: 
     All clients are updated in parallel as one batch.  Torch noise is seeded with ``seed``."""
     import torch
 
-    from fedbayes.methods.ivon import IVONState, ivon_step
+    from fedbayes.methods.ivon import IVONState, ivon_step  # imports torch (seconds): only this solver pays it
 
     if alpha not in ("admm", "pvi") or dual not in ("natural", "expectation"):
         raise ValueError(f"alpha must be 'admm'/'pvi' and dual 'natural'/'expectation', got {alpha!r}, {dual!r}")
