@@ -333,15 +333,25 @@ def cmd_evaluate(args) -> None:
 
 def cmd_replay(args) -> None:
     """Retrain a finished run's first rounds with the code at hand and compare them with its history."""
-    from fedbayes.engine.replay import replay_run
+    from fedbayes.engine.replay import record_replay, replay_run
+    from fedbayes.provenance import code_identity
 
+    if args.record:
+        code = code_identity()
+        if not code["commit"] or code["dirty"] is not False:
+            raise SystemExit("fedbayes replay --record: a replay is recorded only from a clean checkout of a commit "
+                             f"({'not in git' if not code['commit'] else 'the package sources are modified'})")
     bad = 0
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():
             raise FileNotFoundError(f"{run_dir}: not a finished run (run.json and history.csv are needed)")
         diffs = replay_run(run_dir, rounds=args.rounds, raw=args.root)
         bad += bool(diffs)
-        print(f"{run_dir}: " + ("rounds 0-%d bit-identical" % args.rounds if not diffs else
+        recorded = ""
+        if args.record and not diffs:
+            r = record_replay(run_dir, args.rounds)
+            recorded = f" (recorded in run.json: replayed at {r['commit'][:12]}, rounds {r['rounds']} of {r['of']})"
+        print(f"{run_dir}: " + ("rounds 0-%d bit-identical" % args.rounds + recorded if not diffs else
                                  f"{len(diffs)} values differ, first: {diffs[0]}"), flush=True)
     if bad:
         print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs do not replay; a change that alters numbers "
@@ -512,8 +522,11 @@ def main(argv=None) -> None:
 
     sp = sub.add_parser("replay", help="retrain a finished run's first rounds and compare them bit for bit")
     sp.add_argument("run_dirs", nargs="+")
-    sp.add_argument("--rounds", type=int, default=1)
+    sp.add_argument("--rounds", type=int, default=1, help="replay rounds 0..ROUNDS (default: 1)")
     sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data)")
+    sp.add_argument("--record", action="store_true",
+                    help="record an identical replay in the run's run.json (\"replayed\"; a clean checkout only): "
+                         "the provenance of a run trained from a modified tree or before run.json recorded its code")
     sp.set_defaults(fn=cmd_replay)
 
     sp = sub.add_parser("numerics-check", help="replay a method's numerics golden; record the code it holds for "

@@ -80,6 +80,29 @@ def replay_run(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw", devi
     return diffs
 
 
+def record_replay(run_dir: str | Path, rounds: int) -> dict:
+    """Record in the run's run.json (``replayed``) that the code at hand, a clean commit, gives its rounds
+    0..``rounds`` bit for bit: the provenance of a run trained from a modified tree, or before run.json
+    recorded its code. Call it only after ``replay_run`` returned no difference. The record says how
+    much was replayed (``rounds`` of the run's ``of``); the run's own ``code`` is left as it was."""
+    from datetime import datetime, timezone
+
+    from fedbayes.fileio import write_text_atomic
+    from fedbayes.provenance import code_identity
+
+    code = code_identity()
+    if not code["commit"] or code["dirty"] is not False:
+        raise RuntimeError("a replay is recorded only from a clean checkout of a commit: the code at hand is "
+                           + ("not in git" if not code["commit"] else "a modified tree"))
+    path = Path(run_dir) / "run.json"
+    info = json.loads(path.read_text())
+    info["replayed"] = {"commit": code["commit"], "source": code["source"], "rounds": int(rounds),
+                        "of": int(info["config"]["rounds"]), "identical": True, "torch": code["torch"],
+                        "numpy": code["numpy"], "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    write_text_atomic(path, json.dumps(info, indent=2) + "\n")
+    return info["replayed"]
+
+
 def _params_for(cfg: dict, raw: str) -> dict:
     """The smallest params dict that ``write_partition`` and ``load_run_data`` need for one recorded run
     configuration: its experiment, as the run recorded it."""
