@@ -893,3 +893,38 @@ def test_a_shared_training_key_is_taken_by_every_method(params, schema):
     params["experiments"]["fmnist10-iid-k10"]["methods"]["fedavg"]["sweep"]["grad_clip"] = [1.0, 10.0]
     params["smoke"]["hparams"]["rho"] = 0.5
     validate(params, schema)
+
+
+def test_a_scales_per_experiment_method_block_is_read(params, schema):
+    """`smoke.experiments.<e>.methods.<m>` validated and was never read: a run at smoke scale trained with
+    the values of methods.<m>. It is now the most specific block at its scale (after smoke.methods.<m>),
+    its sweep replaces the grid, and a rehearsal block lies over it."""
+    from fedbayes.config import method_hparams, sweep_points
+
+    params["smoke"].setdefault("experiments", {}).setdefault("fmnist10-iid-k10", {})["methods"] = {
+        "fedavg": {"lr": 0.005, "sweep": {"local_epochs": [3]}}}
+    validate(copy.deepcopy(params), schema)
+    small = {**params, "scale": "smoke"}
+    assert list(sweep_points(small, "fmnist10-iid-k10", "fedavg")) == ["local_epochs=3"]
+    hp = method_hparams(small, "fmnist10-iid-k10", "fedavg", "local_epochs=3")
+    assert hp["lr"] == 0.005 and hp["local_epochs"] == 3
+    params.setdefault("rehearsal", {}).setdefault("experiments", {})["fmnist10-iid-k10"] = {
+        "methods": {"fedavg": {"lr": 0.002}}}
+    hp = method_hparams({**params, "scale": "rehearsal"}, "fmnist10-iid-k10", "fedavg", "local_epochs=3")
+    assert hp["lr"] == 0.002
+    assert method_hparams(params, "fmnist10-iid-k10", "fedavg", "local_epochs=5")["lr"] == 0.001   # paper scale
+
+
+@pytest.mark.parametrize("block, line", [
+    ({"fedavg": {"rho": 0.1}}, "smoke.experiments.fmnist10-iid-k10.methods.fedavg.rho: fedavg takes no "
+                               "hyperparameter 'rho' (another method's)"),
+    ({"scaffold": {"lr": 0.1}}, "smoke.experiments.fmnist10-iid-k10.methods.scaffold: experiment fmnist10-iid-k10 "
+                                "does not run scaffold"),
+    ({"fedavg": {"seeds": [0]}}, "smoke.experiments.fmnist10-iid-k10.methods.fedavg.seeds: at scale smoke every "
+                                 "run uses smoke.seeds"),
+])
+def test_a_scales_per_experiment_method_block_is_checked(params, schema, block, line):
+    params["smoke"].setdefault("experiments", {}).setdefault("fmnist10-iid-k10", {})["methods"] = block
+    with pytest.raises(ConfigError) as err:
+        validate(params, schema)
+    assert f"  - {line}" in str(err.value), str(err.value)

@@ -429,3 +429,25 @@ def test_code_identity_says_when_the_package_sources_differ_from_the_commit(tmp_
     subprocess.run(["git", "checkout", "--", "src"], cwd=root, check=True)
     (root / "src/fedbayes/methods/extra.py").write_text("X = 1\n")
     assert identity()["dirty"] is True
+
+
+def test_a_blown_up_model_with_finite_weights_is_recorded_as_diverged(tmp_path, synthetic_run_data, cfg_factory,
+                                                                      monkeypatch):
+    """A model that blows up without a non-finite weight (FedProx at lr 1e8 at smoke scale: losses near 1e30)
+    gave logits past float range and NaN log-probabilities, and the training job crashed ("logp contains
+    NaN"). Its first such round is now recorded as diverged, like a non-finite loss."""
+    from fedbayes.methods import method_specs
+
+    cls = method_specs()["fedavg"].load()
+    plain = cls.server_update
+    monkeypatch.setattr(cls, "server_update", lambda self, server, messages, rnd: (
+        lambda out: {**out, "w": out["w"] * 1e30} if rnd == 2 else out)(plain(self, server, messages, rnd)))
+    logs = []
+    hist = run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=logs.append)
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["diverged"] == {"round": 2, "reason": "non-finite predictions (test log-probabilities are NaN)"}
+    assert [row["round"] for row in hist] == [0, 1, 2] and any("DIVERGED" in m for m in logs)
+    assert list(np.load(tmp_path / "predictions.npz")["rounds"]) == [r for r in (0, 1) if r in info["config"]["save_rounds"]]
+    from fedbayes.eval.evaluate import evaluate_run
+
+    evaluate_run(tmp_path)   # the saved rounds evaluate

@@ -94,12 +94,60 @@ def write_golden(method: str, tmp: Path) -> Path:
 
 @pytest.mark.parametrize("method", _method_names())
 def test_method_numerics_match_their_golden(method, tmp_path):
+    from fedbayes.engine.replay import golden_files
+
     path = golden_path(method)
     assert path.exists(), (f"{method}: no golden for numerics version {path.name}; after a deliberate numerics "
                            f"change write it with `python tests/test_replay.py {method}`")
-    diffs = golden_diffs(json.loads(path.read_text()), tmp_path)
-    assert not diffs, (f"{method}'s numbers changed without a numerics version bump (its spec's numerics, "
-                       f"fedbayes/methods/builtin.py, or CORE_NUMERICS, fedbayes/catalog.py): {diffs[:4]}")
+    for path in golden_files(method, GOLDEN):   # one per code path of its committed runs (path_signature)
+        diffs = golden_diffs(json.loads(path.read_text()), tmp_path)
+        assert not diffs, (f"{method}'s numbers changed without a numerics version bump (its spec's numerics or "
+                           f"CORE_NUMERICS, fedbayes/catalog.py): {path.name}: {diffs[:4]}")
+
+
+def _committed_runs() -> dict[tuple[str, str], Path]:
+    """(method, path signature tag) → the cheapest committed paper-scale run that takes that code path."""
+    from fedbayes.engine.replay import run_tag
+
+    out, cost = {}, {}
+    for f in sorted((REPO / "results" / "runs").glob("*/*/*/seed*/run.json")):
+        info = json.loads(f.read_text())
+        key = (info["config"]["method"], run_tag(info["config"]["method"], info["config"]["hparams"]))
+        if info.get("wall_s", 1e9) < cost.get(key, float("inf")):
+            out[key], cost[key] = f.parent, info.get("wall_s", 1e9)
+    return out
+
+
+def test_every_code_path_of_the_committed_runs_has_a_golden():
+    """A golden checked only the hyperparameters it was written with: FedAvg's committed runs take four
+    code paths (persistent / fresh Adam, a linear schedule, SGD), its golden one, so a change to
+    another path's numbers passed the workflow's check and the test suite. Each path a committed run
+    takes (its string and boolean hyperparameters, engine.replay.path_signature) has a golden; write
+    the missing ones with `python tests/test_replay.py paths`."""
+    from fedbayes.engine.replay import golden_files, golden_hparams_with_defaults, signature_tag
+
+    covered = {(json.loads(f.read_text())["method"], signature_tag(golden_hparams_with_defaults(json.loads(f.read_text()))))
+               for m in _method_names() for f in golden_files(m, GOLDEN)}
+    missing = sorted(f"{m} {run.relative_to(REPO)}" for (m, tag), run in _committed_runs().items() if (m, tag) not in covered)
+    assert not missing, missing
+
+
+def write_path_goldens(tmp: Path) -> list[Path]:
+    """A golden for each code path of the committed runs that has none: the cheapest such run's
+    hyperparameters, shrunk to GOLDEN_SIZES."""
+    from fedbayes.engine.replay import golden_files, golden_hparams_with_defaults, golden_name, signature_tag
+
+    covered = {(json.loads(f.read_text())["method"], signature_tag(golden_hparams_with_defaults(json.loads(f.read_text()))))
+               for m in _method_names() for f in golden_files(m, GOLDEN)}
+    written = []
+    for (m, tag), run in sorted(_committed_runs().items()):
+        if (m, tag) in covered:
+            continue
+        hp = {**json.loads((run / "run.json").read_text())["config"]["hparams"], **GOLDEN_SIZES}
+        path = GOLDEN / f"{golden_name(m).removesuffix('.json')}.{tag}.json"
+        path.write_text(json.dumps(make_golden(m, hp, tmp), indent=1) + "\n")
+        written.append(path)
+    return written
 
 
 @pytest.mark.parametrize("method", sorted(REPLAYED))
@@ -162,6 +210,10 @@ def test_every_method_with_committed_runs_is_replayed():
 if __name__ == "__main__":  # python tests/test_replay.py METHOD ...  (or: all)
     import tempfile
 
+    if sys.argv[1:] == ["paths"]:
+        with tempfile.TemporaryDirectory() as d:
+            print(*write_path_goldens(Path(d)), sep="\n")
+        sys.exit(0)
     names = _method_names() if sys.argv[1:] == ["all"] else sys.argv[1:]
     for m in names:
         with tempfile.TemporaryDirectory() as d:
@@ -180,3 +232,28 @@ def test_numpy_kernels_are_capped_at_avx2_like_torchs():
     env = {k: v for k, v in os.environ.items() if k != "NPY_DISABLE_CPU_FEATURES"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_the_numerics_check_replays_a_golden_for_every_code_path(tmp_path):
+    """The workflow's check replays every golden of the method, one per code path: a changed number on a
+    path other than the first golden's is found; a run on a path no golden covers makes the check due
+    and gets a baseline of its own, the first path's golden untouched."""
+    from fedbayes.engine.replay import check_due, golden_files, numerics_check, run_tag
+
+    record, empty = tmp_path / "work" / "fedavg.json", tmp_path / "none"
+    adam = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
+    sgd = {**adam, "optimizer": "sgd"}
+    assert numerics_check("fedavg", empty, record, adam) is None
+    assert not check_due("fedavg", record, adam) and check_due("fedavg", record, sgd)
+    assert numerics_check("fedavg", empty, record, sgd) is None
+    files = golden_files("fedavg", record.parent)
+    assert len(files) == 2 and files[1].name.endswith(f".{run_tag('fedavg', sgd)}.json")
+    assert json.loads(record.read_text())["signatures"] == [run_tag("fedavg", adam), run_tag("fedavg", sgd)]
+    assert not check_due("fedavg", record, sgd) and not check_due("fedavg", record, adam)
+    golden = json.loads(files[1].read_text())
+    golden["history"][1]["train/loss"] = "9.0"
+    files[1].write_text(json.dumps(golden))
+    record.unlink()
+    problem = numerics_check("fedavg", empty, record, adam)
+    assert problem.startswith("fedavg's numbers changed without a numerics version bump: round 1: train/loss 9.0 != ")
+    assert files[1].name in problem

@@ -64,7 +64,8 @@ def all_runs(d: Path) -> set[tuple[str, str, str, str]]:
 def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert planned_training(built) == set()
     checked = mtimes(built, "work/numerics/*.json")
-    assert set(checked) == {"work/numerics/fedavg.json", "work/numerics/fedprox.json"}
+    records = {f for f in checked if re.fullmatch(r"work/numerics/\w+\.json", f)}   # besides baselines of new paths
+    assert records == {"work/numerics/fedavg.json", "work/numerics/fedprox.json"}
     assert planned_training(built) == set() and mtimes(built, "work/numerics/*.json") == checked  # no edit: no check
     for rel in ("src/fedbayes/methods/fedavg.py", "src/fedbayes/methods/base.py", "src/fedbayes/engine/loop.py",
                 "src/fedbayes/eval/metrics.py"):

@@ -19,11 +19,12 @@ from fedbayes.config import (ConfigError, check_implementations, experiment_conf
 from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
-from fedbayes.engine.replay import numerics_check, replay_run
+from fedbayes.engine.replay import numerics_check, record_replay, replay_run
 from fedbayes.eval.evaluate import evaluate_run
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
 from fedbayes.partition import PartitionIntegrityError
+from fedbayes.provenance import code_identity
 from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
 from fedbayes.reports.scorecard import build_scorecard, table_summary
@@ -204,13 +205,22 @@ def cmd_evaluate(args) -> None:
 
 def cmd_replay(args) -> None:
     """Retrain a finished run's first rounds with the code at hand and compare them with its history."""
+    if args.record:
+        code = code_identity()
+        if not code["commit"] or code["dirty"] is not False:
+            raise SystemExit("fedbayes replay --record: a replay is recorded only from a clean checkout of a commit "
+                             f"({'not in git' if not code['commit'] else 'the package sources are modified'})")
     bad = 0
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():
             raise FileNotFoundError(f"{run_dir}: not a finished run (run.json and history.csv are needed)")
         diffs = replay_run(run_dir, rounds=args.rounds, raw=args.root)
         bad += bool(diffs)
-        print(f"{run_dir}: " + ("rounds 0-%d bit-identical" % args.rounds if not diffs else
+        recorded = ""
+        if args.record and not diffs:
+            r = record_replay(run_dir, args.rounds)
+            recorded = f" (recorded in run.json: replayed at {r['commit'][:12]}, rounds {r['rounds']} of {r['of']})"
+        print(f"{run_dir}: " + ("rounds 0-%d bit-identical" % args.rounds + recorded if not diffs else
                                  f"{len(diffs)} values differ, first: {diffs[0]}"), flush=True)
     if bad:
         print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs do not replay; a change that alters numbers "
@@ -360,8 +370,11 @@ def main(argv=None) -> None:
 
     sp = sub.add_parser("replay", help="retrain a finished run's first rounds and compare them bit for bit")
     sp.add_argument("run_dirs", nargs="+")
-    sp.add_argument("--rounds", type=int, default=1)
+    sp.add_argument("--rounds", type=int, default=1, help="replay rounds 0..ROUNDS (default: 1)")
     sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data)")
+    sp.add_argument("--record", action="store_true",
+                    help="record an identical replay in the run's run.json (\"replayed\"; a clean checkout only): "
+                         "the provenance of a run trained from a modified tree or before run.json recorded its code")
     sp.set_defaults(fn=cmd_replay)
 
     sp = sub.add_parser("numerics-check", help="replay a method's numerics golden; record the code it holds for "

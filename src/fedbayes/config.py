@@ -415,13 +415,16 @@ def check_implementations(params: dict) -> None:
 
 def _method_blocks(params: dict):
     """(dotted path, method, block) of every block that sets one method's hyperparameters: ``methods.<m>``,
-    ``experiments.<e>.methods.<m>``, ``smoke.methods.<m>`` and ``rehearsal.methods.<m>`` (what is not a
-    mapping is left for the schema to name)."""
+    ``experiments.<e>.methods.<m>``, ``smoke.methods.<m>``, ``smoke.experiments.<e>.methods.<m>`` and their
+    ``rehearsal`` counterparts (what is not a mapping is left for the schema to name)."""
     sites = [(("methods",), params.get("methods"))]
     experiments = params.get("experiments")
     sites += [(("experiments", e, "methods"), x.get("methods"))
               for e, x in (experiments.items() if isinstance(experiments, dict) else ()) if isinstance(x, dict)]
     sites += [((b, "methods"), params[b].get("methods")) for b in ("smoke", "rehearsal") if isinstance(params.get(b), dict)]
+    sites += [((b, "experiments", e, "methods"), x.get("methods")) for b in ("smoke", "rehearsal")
+              for e, x in _items((params.get(b) or {}).get("experiments") if isinstance(params.get(b), dict) else None)
+              if isinstance(x, dict)]
     for where, methods in sites:
         for m, block in (methods.items() if isinstance(methods, dict) else ()):
             if isinstance(block, dict):
@@ -472,6 +475,11 @@ def _unknown_method(m: str, methods: dict) -> str:
     return f"method {m!r}: {why}" if why else f"unknown method {m!r}; implemented: {sorted(methods)}"
 
 
+def _items(x) -> list:
+    """The items of a mapping; none of anything else (the schema names what is not a mapping)."""
+    return list(x.items()) if isinstance(x, dict) else []
+
+
 def _unused_name_problems(params: dict, methods: dict) -> list[str]:
     """Settings no run would read (a misspelt name is otherwise silently ignored, its values lost). Settings
     for an experiment that is not defined (smoke.experiments.<e>) are kept: a configuration may leave
@@ -484,6 +492,16 @@ def _unused_name_problems(params: dict, methods: dict) -> list[str]:
         for m in (params.get(block) or {}).get("methods") or {}:
             if m not in methods:
                 out.append(f"{block}.methods.{m}: unknown method; implemented: {sorted(methods)}")
+    for block in ("smoke", "rehearsal"):   # a scale's per-experiment method block: a method the experiment runs
+        for e, x in _items((params.get(block) or {}).get("experiments")):
+            runs = (params.get("experiments", {}).get(e) or {}).get("methods") or {}
+            for m, b in _items(x.get("methods") if isinstance(x, dict) else None):
+                where = f"{block}.experiments.{e}.methods.{m}"
+                if e in params.get("experiments", {}) and m in methods and m not in runs:
+                    out.append(f"{where}: experiment {e} does not run {m} (its methods: {sorted(runs)}); a scale "
+                               "overrides the methods an experiment runs, it does not add one")
+                if isinstance(b, dict) and "seeds" in b:
+                    out.append(f"{where}.seeds: at scale {block} every run uses {block}.seeds")
     for block in ("smoke", "rehearsal"):
         for k in ("sweep", "seeds"):
             if k in ((params.get(block) or {}).get("hparams") or {}):
@@ -615,6 +633,8 @@ def experiment_config(params: dict, name: str) -> dict:
     if params.get("scale", "paper") != "paper":
         smoke = overlay(params)
         e = deep_merge(deep_merge(e, smoke.get("experiment")), (smoke.get("experiments") or {}).get(name))
+        if isinstance(e.get("methods"), dict):   # a scale overrides the methods an experiment runs, adds none
+            e["methods"] = {m: b for m, b in e["methods"].items() if m in params["experiments"][name]["methods"]}
     e["name"] = name
     return e
 
@@ -629,8 +649,16 @@ def _method_spec(params: dict, experiment: str, method: str) -> tuple[dict, dict
     spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
     over = copy.deepcopy(params["experiments"][experiment]["methods"].get(method) or {})
     grid = over.pop("sweep", spec.pop("sweep", None)) or {}
+    grid = _scale_override(params, experiment, method).get("sweep") or grid   # the scale's own grid wins
     over.pop("seeds", None), spec.pop("seeds", None)  # which seeds run (see seeds()), not a hyperparameter
     return deep_merge(spec, over), grid
+
+
+def _scale_override(params: dict, experiment: str, method: str) -> dict:
+    """What the scale's overlay sets for one method in one experiment (``smoke.experiments.<e>.methods.<m>``,
+    at rehearsal scale with ``rehearsal.…`` over it): the most specific hyperparameters at that scale."""
+    e = (overlay(params).get("experiments") or {}).get(experiment) or {}
+    return copy.deepcopy((e.get("methods") or {}).get(method) or {})
 
 
 def swept_points(params: dict, experiment: str, method: str) -> dict[str, dict]:
@@ -687,6 +715,9 @@ def _fixed_hparams(params: dict, e: dict, method: str, fixed: dict) -> dict:
     if small:
         hp = deep_merge(deep_merge(hp, small.get("train")), small.get("hparams"))
         hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
+        here = _scale_override(params, e["name"], method)                # … in this experiment
+        here.pop("sweep", None)
+        hp = deep_merge(hp, here)
     return hp
 
 

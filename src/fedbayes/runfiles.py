@@ -48,11 +48,13 @@ def _json(path: Path, remedy: str, required: tuple[str, ...]) -> dict:
 # for an object) was imported (float("0.9") is 0.9), tabulated or crashed later naming no file.
 RUN_TYPES = {"config": ("object",), "config_hash": ("string",), "numerics": ("object",), "code": ("object", None),
              "wall_s": ("number", None), "started": ("string", None), "finished": ("string", None),
-             "device": ("string",), "device_name": ("string",), "torch": ("string",), "diverged": ("object",)}
+             "device": ("string",), "device_name": ("string",), "torch": ("string",), "diverged": ("object",),
+             "replayed": ("object",)}
 CONFIG_TYPES = {"experiment": ("string",), "method": ("string",), "point": ("string",), "seed": ("integer",),
                 "rounds": ("integer",), "scale": ("string",), "data": ("string",), "partition_hash": ("string",),
                 "hparams": ("object",)}
 CODE_TYPES = {"commit": ("string", None), "dirty": ("boolean", None), "source": ("string", None)}
+REPLAYED_TYPES = {"commit": ("string",), "rounds": ("integer",), "of": ("integer",), "identical": ("boolean",)}
 DIVERGED_TYPES = {"round": ("integer",), "reason": ("string",)}
 METRICS_TYPES = {"experiment": ("string",), "method": ("string",), "seed": ("integer",), "config_hash": ("string",),
                  "final_round": ("integer", None), "final": ("object",), "rounds": ("object",),
@@ -102,6 +104,7 @@ def read_run_info(run_dir: str | Path) -> dict:
     _typed(path, info.get("code") or {}, CODE_TYPES, RETRAIN, "code.")
     _typed(path, info.get("numerics", {}), dict.fromkeys(info.get("numerics", {}), ("integer",)), RETRAIN, "numerics.")
     _typed(path, info.get("diverged", {}), DIVERGED_TYPES, RETRAIN, "diverged.")
+    _typed(path, info.get("replayed", {}), REPLAYED_TYPES, RETRAIN, "replayed.")
     if re.fullmatch(r"seed\d+", run_dir.resolve().name) and len(run_dir.resolve().parts) > 4:
         d = run_dir.resolve()
         found = (d.parent.parent.parent.name, d.parent.parent.name, d.parent.name, d.name)

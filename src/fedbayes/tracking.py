@@ -352,6 +352,13 @@ def code_tags(info: dict) -> dict[str, str]:
     if commit:  # the UI shows it (6 characters) beside the source name in a run's "Source" row
         tags |= {"mlflow.source.git.commit": commit, "mlflow.source.name": "fedbayes train",
                  "mlflow.source.type": "LOCAL"}
+    replayed = info.get("replayed")   # a later clean commit gave its first rounds bit for bit (fedbayes replay --record)
+    if replayed:
+        tags |= {"replayed_commit": str(replayed.get("commit")),
+                 "replayed_rounds": f"{replayed.get('rounds')} of {replayed.get('of')}",
+                 "provenance": (f"trained from {'a modified tree of ' + commit[:12] if commit and dirty else 'code not recorded'}; "
+                                f"rounds 0-{replayed.get('rounds')} of {replayed.get('of')} replayed bit for bit at the "
+                                f"clean commit {str(replayed.get('commit'))[:12]}")}
     plugin = info.get("plugin")   # an installed package's method (provenance.plugin_identity)
     if plugin:
         tags |= {"plugin": str(plugin.get("distribution")), "plugin_version": str(plugin.get("version")),

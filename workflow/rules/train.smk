@@ -27,16 +27,18 @@ def numerics_checked(method, hparams):
     """The numerics rule, enforced here (fedbayes.engine.replay.numerics_check): the first time a DAG
     meets a finished run of ``method`` while the code (fedbayes' sources, a plug-in's package, the
     numerics versions) differs from the code of the method's last check (work/numerics/<method>.json),
-    its numerics golden is replayed (3 rounds of a tiny problem, one CPU thread, about a second after
-    torch's import): the same numbers adopt the code silently; others stop the DAG before any job, one
-    line naming the method and the first differing value. Unchanged code costs a source hash, nothing
-    else; each method is checked once a process."""
-    if method in _NUMERICS_CHECKED:
-        return
-    from fedbayes.engine.replay import check_due
+    its numerics goldens are replayed (3 rounds of a tiny problem, one CPU thread, about a second each
+    after torch's import; one golden per code path its runs take, engine.replay.path_signature): the
+    same numbers adopt the code silently; others stop the DAG before any job, one line naming the method
+    and the first differing value. A run taking a path no golden covers gets a baseline on its first
+    check. Unchanged code costs a source hash, nothing else; each method and path is checked once a
+    process."""
+    from fedbayes.engine.replay import check_due, run_tag
 
+    if (method, run_tag(method, hparams)) in _NUMERICS_CHECKED:
+        return
     record = f"{WORK}/numerics/{method}.json"
-    if check_due(method, record):
+    if check_due(method, record, hparams):
         import subprocess
 
         r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "numerics-check", method, "--record", record,
@@ -46,7 +48,7 @@ def numerics_checked(method, hparams):
             lines = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()
             line = next((l for l in lines if l.startswith("fedbayes numerics-check: ")), lines[-1])
             raise WorkflowError(line)
-    _NUMERICS_CHECKED[method] = True
+    _NUMERICS_CHECKED[(method, run_tag(method, hparams))] = True
 
 
 def changed_config(wc):

@@ -296,6 +296,12 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
                 f"run stopped and recorded as diverged")
             break
         row, logp = _evaluate(method, server, data, rnd, comm, log, cfg)
+        if isinstance(logp, str):  # finite weights whose predictions are not (logits past float range)
+            history.append({"round": rnd, **comm})
+            diverged = {"round": rnd, "reason": logp}
+            log(f"[{cfg['experiment']} {cfg['method']} seed {seed}] round {rnd:3d}/{rounds}  DIVERGED: {logp}; "
+                f"run stopped and recorded as diverged")
+            break
         history.append(row)
         if rnd in save_rounds:
             saved[rnd] = logp
@@ -310,13 +316,18 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     return history
 
 
-def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) -> tuple[dict, dict]:
+def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) -> tuple[dict | None, dict | str]:
+    """(history row, predictions to save) of round ``rnd``; (None, why) when a prediction is not finite
+    (a blown-up model whose weights are still finite): the round diverged."""
     t0 = time.perf_counter()
     row, logps, shown = {"round": rnd}, {}, None
     seed = seeds.torch_seed(cfg["seed"], seeds.EVAL, rnd)
     for v in evaluated_variants(method, rnd, cfg):
         logp = predict(method, server, data.x_test, variant=v, seed=seed)
         logp_ood = predict(method, server, data.x_ood, variant=v, seed=seed) if data.x_ood is not None else None
+        for name, lp in (("test", logp), ("ood", logp_ood)):
+            if lp is not None and np.isnan(lp).any():
+                return None, f"non-finite predictions ({variant_key(name, v)} log-probabilities are NaN)"
         m = classification_metrics(logp, data.y_test.cpu().numpy(), logp_ood)
         row.update({variant_key(f"test/{k}", v): val for k, val in m.items() if not k.startswith("auroc")})
         row.update({variant_key(f"ood/{k}", v): val for k, val in m.items() if k.startswith("auroc")})

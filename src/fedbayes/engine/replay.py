@@ -18,9 +18,11 @@ the first differing value (docs/workflow.md: cost and cadence).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from fedbayes.data.root import open_data_root
 from fedbayes.engine.partitions import build_partition
 from fedbayes.fileio import write_text_atomic
 from fedbayes.partition import make_partition
-from fedbayes.provenance import plugin_identity, source_hash
+from fedbayes.provenance import code_identity, plugin_identity, source_hash
 
 # history columns that measure the machine, not the numbers (time, wall-clock, evaluation seconds)
 TIMING = ("time_s", "wall_s", "eval_s")
@@ -91,6 +93,24 @@ def replay_run(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw", devi
             if col not in TIMING and not _same(value, new.get(col)):
                 diffs.append(f"round {old['round']}: {col} {value} != {new.get(col)}")
     return diffs
+
+
+def record_replay(run_dir: str | Path, rounds: int) -> dict:
+    """Record in the run's run.json (``replayed``) that the code at hand, a clean commit, gives its rounds
+    0..``rounds`` bit for bit: the provenance of a run trained from a modified tree, or before run.json
+    recorded its code. Call it only after ``replay_run`` returned no difference. The record says how
+    much was replayed (``rounds`` of the run's ``of``); the run's own ``code`` is left as it was."""
+    code = code_identity()
+    if not code["commit"] or code["dirty"] is not False:
+        raise RuntimeError("a replay is recorded only from a clean checkout of a commit: the code at hand is "
+                           + ("not in git" if not code["commit"] else "a modified tree"))
+    path = Path(run_dir) / "run.json"
+    info = json.loads(path.read_text())
+    info["replayed"] = {"commit": code["commit"], "source": code["source"], "rounds": int(rounds),
+                        "of": int(info["config"]["rounds"]), "identical": True, "torch": code["torch"],
+                        "numpy": code["numpy"], "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    write_text_atomic(path, json.dumps(info, indent=2) + "\n")
+    return info["replayed"]
 
 
 # what a golden's run is shrunk to: seconds on a CPU, whatever the method's real settings
@@ -164,30 +184,59 @@ def code_fingerprint(method: str) -> str:
     return f"{source_hash()}/{plugin['source'] if plugin else '-'}/v{v['core']}.{v['method']}"
 
 
-def check_due(method: str, record: str | Path) -> bool:
+def path_signature(hp: dict) -> dict:
+    """The hyperparameters that choose a code path rather than a number: a run's string and boolean values
+    (optimizer, client optimizer, schedule, variant, …). A numerics golden checks the paths of its own
+    signature, so the check replays one golden per signature the method's runs use."""
+    return {k: v for k, v in sorted(hp.items()) if isinstance(v, (str, bool))}
+
+
+def signature_tag(hp: dict) -> str:
+    """8 hex of a path signature: the name of the golden that checks it (``<method>.v<c>.<v>.<tag>.json``)."""
+    return hashlib.sha256(json.dumps(path_signature(hp), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def run_tag(method: str, hparams: dict) -> str:
+    """The signature tag of a run's resolved ``hparams`` with the spec defaults it reads filled in (as a
+    golden's, ``golden_hparams_with_defaults``): a value left at its default takes the same path."""
+    return signature_tag({**method_defaults(method, hparams), **hparams})
+
+
+def golden_files(method: str, *dirs: str | Path) -> list[Path]:
+    """The method's goldens of its current numerics version in ``dirs``: ``<golden_name>`` and one
+    ``<golden_name minus .json>.<tag>.json`` per further path signature."""
+    stem = golden_name(method).removesuffix(".json")
+    return [f for d in dirs for f in sorted(Path(d).glob(f"{stem}*.json"), key=lambda f: (f.name != f"{stem}.json", f.name))
+            if f.name == f"{stem}.json" or (f.name.startswith(stem + ".") and len(f.name) == len(stem) + 14)]
+
+
+def check_due(method: str, record: str | Path, hparams: dict | None = None) -> bool:
     """Whether the code differs from the code of the method's last check (its record ``record``: none,
-    unreadable, or another ``code_fingerprint``). Torch-free, a hash of the sources: the DAG asks it
-    for every method with finished runs, each time it is built."""
+    unreadable, or another ``code_fingerprint``), or a run's ``hparams`` take a code path (``path_signature``)
+    no golden of that check covered. Torch-free, a hash of the sources: the DAG asks it for every method
+    with finished runs, each time it is built."""
     try:
-        return json.loads(Path(record).read_text()).get("fingerprint") != code_fingerprint(method)
+        rec = json.loads(Path(record).read_text())
+        return rec.get("fingerprint") != code_fingerprint(method) or (
+            hparams is not None and run_tag(method, hparams) not in rec.get("signatures", [run_tag(method, hparams)]))
     except (OSError, ValueError, AttributeError):
         return True
 
 
 def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams: dict | None = None) -> str | None:
-    """Replay the method's numerics golden with the code at hand: bit-identical (or no golden yet) →
-    write ``record`` (the code's fingerprint: the check is not repeated until the code changes) and
-    return None; otherwise return one line naming the method and the first differing value, and write
-    nothing. The golden is ``goldens/<golden_name>``, else the workflow's own baseline beside ``record``,
-    which a method without a committed golden (a plug-in, a version bumped without writing one) gets
-    on its first check, from ``hparams`` (one of its runs' configurations, shrunk to ``GOLDEN_SIZES``)."""
+    """Replay every numerics golden of the method (one per code path its runs take, ``golden_files``) with
+    the code at hand: all bit-identical → write ``record`` (the code's fingerprint and the signatures
+    checked: the check is not repeated until the code changes or a run takes another path) and return
+    None; otherwise return one line naming the method and the first differing value, and write nothing.
+    The goldens are the committed ones in ``goldens``, and the workflow's own baselines beside
+    ``record``: a run whose ``hparams`` take a path no golden covers (a plug-in, a version bumped without
+    writing one, a new option) gets one on its first check, from its configuration shrunk to
+    ``GOLDEN_SIZES``."""
     record = Path(record)
-    name = golden_name(method)
-    path = Path(goldens) / name
-    if not path.exists():
-        path = record.parent / name
+    files = golden_files(method, goldens, record.parent)
     with tempfile.TemporaryDirectory() as tmp:
-        if path.exists():
+        seen, results = [], []
+        for path in files:
             try:
                 golden = json.loads(path.read_text())
                 diffs = golden_diffs(golden, tmp)
@@ -197,16 +246,22 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
                 return (f"{method}'s numbers changed without a numerics version bump: {diffs[0]} (golden {path}, "
                         f"{len(diffs)} values differ); bump its spec's numerics (or CORE_NUMERICS in "
                         f"fedbayes/catalog.py) and write its golden, or revert the change")
-            result = "bit-identical"
-        else:
-            if hparams is None:
-                return f"{method}: no numerics golden {Path(goldens) / name} and no run configuration to make one"
+            seen.append(signature_tag(golden_hparams_with_defaults(golden)))
+            results.append("bit-identical")
+        if hparams is not None and run_tag(method, hparams) not in seen:
             hp = {**hparams, **GOLDEN_SIZES}
+            name = golden_name(method) if not files else \
+                f"{golden_name(method).removesuffix('.json')}.{run_tag(method, hparams)}.json"
             golden = make_golden(method, hp, tmp)
             record.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(path, json.dumps(golden, indent=1) + "\n")
-            result = "baseline written"
+            write_text_atomic(record.parent / name, json.dumps(golden, indent=1) + "\n")
+            seen.append(run_tag(method, hparams))
+            results.append("baseline written")
+        elif not files:
+            return f"{method}: no numerics golden {Path(goldens) / golden_name(method)} and no run configuration to make one"
     record.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(record, json.dumps({"method": method, "fingerprint": code_fingerprint(method),
-                                          "golden": str(path), "result": result}, indent=1) + "\n")
+                                          "golden": str(files[0] if files else record.parent / golden_name(method)),
+                                          "goldens": [str(f) for f in files], "signatures": seen,
+                                          "result": results[-1] if len(set(results)) > 1 else results[0]}, indent=1) + "\n")
     return None

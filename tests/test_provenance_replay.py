@@ -1,0 +1,70 @@
+"""Provenance of a run trained from a modified tree, or before run.json recorded its code: ``fedbayes
+replay --record`` replays it at a clean commit and records that in run.json (``replayed``); MLflow tags
+say so. A record from a modified tree is refused, and a damaged record is named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parents[1] / "results/runs/fmnist10-iid-k10/bayesadmm/default/seed0"
+
+
+@pytest.fixture
+def run(tmp_path):
+    d = tmp_path / "fmnist10-iid-k10/bayesadmm/default/seed0"
+    d.mkdir(parents=True)
+    for f in ("run.json", "history.csv"):
+        shutil.copy(RUN / f, d / f)
+    return d
+
+
+def _identity(monkeypatch, commit="c0ffee" * 6 + "c0ff", dirty=False):
+    import fedbayes.cli
+    import fedbayes.engine.replay
+
+    ident = {"commit": commit, "dirty": dirty, "source": "s" * 16, "torch": "2.14.1", "numpy": "2.4.6"}
+    for module in (fedbayes.cli, fedbayes.engine.replay):
+        monkeypatch.setattr(module, "code_identity", lambda: ident)
+
+
+def test_a_clean_replay_is_recorded_and_tagged(run, monkeypatch):
+    from fedbayes.engine.replay import record_replay
+    from fedbayes.runfiles import read_run_info
+    from fedbayes.tracking import code_tags
+
+    before = json.loads((run / "run.json").read_text())
+    _identity(monkeypatch)
+    rec = record_replay(run, 50)
+    info = read_run_info(run)
+    assert info["replayed"] == rec and rec["rounds"] == 50 and rec["of"] == before["config"]["rounds"]
+    assert info["code"] == before["code"] and info["config"] == before["config"]   # what trained it stays
+    tags = code_tags(info)
+    assert tags["replayed_commit"] == rec["commit"] and tags["replayed_rounds"] == f"50 of {rec['of']}"
+    assert "modified tree" in tags["provenance"] and tags["git_dirty"] == "true"
+
+
+@pytest.mark.parametrize("commit,dirty", [(None, None), ("ab" * 20, True)])
+def test_a_replay_from_a_modified_tree_is_not_recorded(run, monkeypatch, commit, dirty):
+    from fedbayes import cli
+    from fedbayes.engine.replay import record_replay
+
+    _identity(monkeypatch, commit, dirty)
+    with pytest.raises(RuntimeError, match="clean checkout"):
+        record_replay(run, 1)
+    with pytest.raises(SystemExit, match="clean checkout"):   # before any replay work
+        cli.main(["replay", "--record", str(run)])
+    assert "replayed" not in json.loads((run / "run.json").read_text())
+
+
+def test_a_damaged_replay_record_is_named(run):
+    from fedbayes.runfiles import DamagedFile, read_run_info
+
+    info = json.loads((run / "run.json").read_text())
+    info["replayed"] = {"commit": "ab" * 20, "rounds": "1", "of": 50, "identical": True}
+    (run / "run.json").write_text(json.dumps(info))
+    with pytest.raises(DamagedFile, match="replayed.rounds"):
+        read_run_info(run)
