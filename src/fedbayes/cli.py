@@ -20,17 +20,11 @@ from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run
-from fedbayes.eval.evaluate import evaluate_run
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
-from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
-from fedbayes.reports.scorecard import build_scorecard, table_summary
-from fedbayes.reports.selection import sweep_frame, write_selection
-from fedbayes.reports.tables import build_table, built_files
-from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir
 from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
@@ -198,6 +192,8 @@ def cmd_evaluate(args) -> None:
             f"{args.run_dir}/predictions.npz is missing (predictions are not committed, e.g. in a fresh "
             f"clone): retrain the run to recompute its metrics, e.g. `snakemake -R train <target>` or "
             f"delete {args.run_dir}/history.csv")
+    from fedbayes.eval.evaluate import evaluate_run  # (lazy: scipy, sklearn)
+
     m = evaluate_run(args.run_dir)
     final = m["final"]
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
@@ -239,6 +235,9 @@ def cmd_numerics_check(args) -> None:
 
 def cmd_table(args) -> None:
     p = _params(args)
+    from fedbayes.reports.scorecard import table_summary
+    from fedbayes.reports.tables import build_table, built_files  # (lazy: matplotlib, pandas)
+
     df = build_table(p, args.table, out=args.out)
     print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
 
@@ -246,6 +245,8 @@ def cmd_table(args) -> None:
 def cmd_headline(args) -> None:
     p = _params(args)
     absent = []
+    from fedbayes.reports.headline import write_headline  # (lazy: matplotlib, pandas)
+
     files = write_headline(p, args.table_csv, args.out, absent)
     plots = [f for f in files if f.suffix == ".csv"]
     print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
@@ -257,6 +258,8 @@ def cmd_headline(args) -> None:
 
 def cmd_scorecard(args) -> None:
     p = _params(args)
+    from fedbayes.reports.scorecard import build_scorecard  # (lazy: pandas)
+
     c = build_scorecard(p, args.out)["distinct"]
     ran = c["within tolerance"] + c["outside tolerance"]
     print(f"wrote {args.out}: {c['within tolerance']} of {ran} distinct published cells run with a tolerance are "
@@ -277,12 +280,16 @@ def cmd_rehearsal_summary(args) -> None:
 
 def cmd_toy(args) -> None:
     p = _params(args)
+    from fedbayes.reports.toys import TOYS  # (lazy: matplotlib, scipy)
+
     if args.name not in TOYS:
         raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
     print(TOYS[args.name].build(p, args.out).to_string(index=False))
 
 
 def cmd_select(args) -> None:
+    from fedbayes.reports.selection import write_selection  # (lazy: pandas)
+
     sel = write_selection(_params(args), args.experiment, args.method, args.out)
     if "from" in sel["criterion"]:
         print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
@@ -293,6 +300,8 @@ def cmd_select(args) -> None:
 
 def cmd_sweep_report(args) -> None:
     p = _params(args)
+    from fedbayes.reports.selection import sweep_frame  # (lazy: pandas)
+
     df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))

@@ -10,8 +10,12 @@ import json
 import math
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:   # annotations only: the MLflow importer reads PERCENT without paying pandas' import
+    import pandas as pd
 
 from fedbayes.config import experiment_config, paths
 
