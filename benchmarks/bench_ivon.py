@@ -50,8 +50,9 @@ def main():
 
     from fedbayes.config import load_params, run_config, sweep_points
     from fedbayes.engine import pick_device
-    from fedbayes.methods import ClientData, build_method
-    from fedbayes.methods import ivon as ivon_now
+    from fedbayes.methods import build_method
+    from fedbayes.methods.core.base import ClientData
+    from fedbayes.methods.core import ivon as ivon_now
     from fedbayes.models import FlatModel, build_model
 
     p = load_params(args.params, scale="paper")

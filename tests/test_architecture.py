@@ -8,6 +8,7 @@ import ast
 import io
 import re
 import tokenize
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,10 +107,10 @@ FACTORIES = {"tensor", "zeros", "ones", "full", "empty", "arange", "eye", "linsp
              "randint", "as_tensor"}
 # (file, the call's source) that are on the CPU on purpose: bookkeeping scalars of a client's state (read as
 # Python ints), sums brought back to the host
-HOST_SIDE = {("methods/bayesadmm.py", "torch.zeros((), dtype=torch.long)"),
-             ("methods/bayesadmm.py", "torch.tensor(st.t)"),
-             ("methods/fedcurv.py", "torch.zeros((), dtype=torch.long)"),
-             ("methods/fedcurv.py", "torch.tensor(rnd)"),
+HOST_SIDE = {("methods/bayesadmm/algorithm.py", "torch.zeros((), dtype=torch.long)"),
+             ("methods/bayesadmm/algorithm.py", "torch.tensor(st.t)"),
+             ("methods/fedcurv/algorithm.py", "torch.zeros((), dtype=torch.long)"),
+             ("methods/fedcurv/algorithm.py", "torch.tensor(rnd)"),
              ("methods/local.py", "torch.tensor(steps, dtype=torch.float64)")}
 
 
@@ -131,7 +132,7 @@ def device_less_factories(path: Path) -> list[tuple[int, str]]:
 def test_tensor_factories_in_methods_and_engine_name_their_device():
     found = []
     for folder in ("methods", "engine", "eval"):
-        for path in sorted((SRC / folder).glob("*.py")):
+        for path in sorted((SRC / folder).rglob("*.py")):
             rel = str(path.relative_to(SRC))
             found += [f"{rel}:{line}: {call}" for line, call in device_less_factories(path)
                       if (rel, call) not in HOST_SIDE]
@@ -145,7 +146,7 @@ def test_device_check_catches_a_planted_call(tmp_path):
     assert [line for line, _ in device_less_factories(planted)] == [2]
 
 
-# A hyperparameter's default is written once, in its method's spec (``fedbayes.methods.builtin``): the
+# A hyperparameter's default is written once, in its method's spec (``fedbayes.methods.<key>``): the
 # implementation reads ``self.p.<name>`` (typed, that default applied), never ``hp.get(name, <a default of its
 # own>)`` — the issue counted 79 such copies, with server_lr defaulting to 1e-3, 1.0 or 0.5 by where it was read.
 INLINE_DEFAULT = re.compile(r"""hp\.get\(\s*["']([a-z_0-9]+)["']\s*,\s*(?!\s|HPARAM_DEFAULTS|Hyperparameters\.field)""")
@@ -158,7 +159,7 @@ def inline_defaults(path: Path) -> list[str]:
 
 
 def test_methods_write_no_hyperparameter_default_of_their_own():
-    found = [hit for path in sorted((SRC / "methods").glob("*.py")) for hit in inline_defaults(path)]
+    found = [hit for path in sorted((SRC / "methods").rglob("*.py")) for hit in inline_defaults(path)]
     assert not found, "defaults written beside the spec's:\n" + "\n".join(found)
 
 
@@ -166,3 +167,41 @@ def test_inline_default_check_catches_a_planted_one(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text('a = self.hp.get("server_lr", 1.0)\nb = hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"])\n')
     assert len(inline_defaults(planted)) == 1
+
+
+# A built-in method is written exactly like a plug-in: a package fedbayes/methods/<key>/ (its spec in
+# __init__, its math in algorithm.py) named in pyproject.toml's entry-point table, which is the registry.
+
+
+def entry_point_table() -> dict[str, str]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["fedbayes.methods"]
+
+
+def spec_constructions(path: Path) -> list[int]:
+    """Lines of ``MethodSpec(...)`` calls in a module."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "MethodSpec"]
+
+
+def test_every_method_package_is_registered_in_the_entry_point_table_and_nowhere_else():
+    from fedbayes.methods.spec import method_specs, plugin_origin
+
+    table = entry_point_table()
+    packages = {p.parent.name for p in (SRC / "methods").glob("*/__init__.py")} - {"core"}
+    named = {value.partition(":")[0] for value in table.values()}
+    assert named == {f"fedbayes.methods.{p}" for p in packages}, \
+        f"packages under methods/ and the entry-point table differ: {sorted(named ^ {f'fedbayes.methods.{p}' for p in packages})}"
+    builtin = {k for k in method_specs() if plugin_origin(k) is None}
+    assert builtin == set(table), (f"fedbayes' methods are not its entry-point table's (reinstall after editing "
+                                   f"pyproject.toml: pip install -e .): {sorted(builtin ^ set(table))}")
+    assert all(method_specs()[k].key == k for k in table)
+    made = [f"{path.relative_to(SRC)}:{line}" for path in sorted(SRC.rglob("*.py")) for line in spec_constructions(path)
+            if not (path.name == "__init__.py" and path.parent.parent == SRC / "methods" and path.parent.name != "core")
+            and path != SRC / "methods" / "spec.py"]
+    assert not made, "a MethodSpec made outside a method's package:\n" + "\n".join(made)
+
+
+def test_registration_check_catches_a_spec_made_elsewhere(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("from fedbayes.methods import spec\nS = [spec.MethodSpec(key='x', implementation='a:B')]\n")
+    assert spec_constructions(planted) == [2]

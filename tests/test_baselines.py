@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
 from fedbayes.engine.loop import hold_out
-from fedbayes.methods import ClientData, build_method
-from fedbayes.methods.base import RunContext
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.base import RunContext
 from fedbayes.models import FlatModel, build_model
 
 SGD = {"optimizer": "sgd", "lr": 0.1, "local_epochs": 3}

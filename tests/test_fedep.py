@@ -12,9 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
-from fedbayes.methods import ClientData, build_method
-from fedbayes.methods.base import RunContext
-from fedbayes.methods.fedep import clip_mean_std, sampled_fisher, shrinkage_solve
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.base import RunContext
+from fedbayes.methods.fedep.algorithm import clip_mean_std, sampled_fisher
+from fedbayes.methods.fedpa.algorithm import shrinkage_solve
 from fedbayes.models import FlatModel, build_model
 
 torch.set_default_dtype(torch.float32)

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbayes.methods.base import ClientData
-from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_step, ivon_train, lr_schedule
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.ivon import IVONState, gaussian_samples_logits, ivon_step, ivon_train, lr_schedule
 from fedbayes.models import FlatModel
 
 ivon = pytest.importorskip("ivon")
@@ -221,7 +221,7 @@ def test_compiled_ivon_step_is_the_eager_step_bit_for_bit(with_duals, clip, vect
     """From COMPILE_MIN_PARAMS parameters up IVON steps with a compiled kernel of ``_ivon_step_`` (on the
     CPU ``kernels.cpp``'s loop; without it, as on a GPU, torch.compile's): the state it leaves (m, h, g,
     h + δ, t) equals the eager step's bit for bit, over several steps."""
-    from fedbayes.methods import ivon, kernels
+    from fedbayes.methods.core import ivon, kernels
 
     if not cpu_kernels:
         monkeypatch.setattr(kernels, "_kernel", False)

@@ -145,7 +145,7 @@ def test_an_edited_spec_default_reruns_the_runs_that_read_it(built, metadata):
     if metadata == "fresh clone":
         shutil.rmtree(built / ".snakemake")
     assert planned_training(built) == set()
-    spec = built / "src/fedbayes/methods/builtin.py"
+    spec = built / "src/fedbayes/methods/core/params.py"
     text = spec.read_text()
     assert text.count('hparam("squared", enum("squared", "unsquared")') == 1
     spec.write_text(text.replace('hparam("squared", enum("squared", "unsquared")', 'hparam("unsquared", enum("squared", "unsquared")'))

@@ -33,8 +33,9 @@ from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
-from fedbayes.methods import ClientData, Method, build_method
-from fedbayes.methods.base import RunContext
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData, Method
+from fedbayes.methods.core.base import RunContext
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
 

@@ -8,17 +8,19 @@ dataclasses, ``fedbayes.config.complete_schema``), ``fedbayes.catalog`` (variant
 code defaults), the DAG and the reports. The implementation (``"module:Class"``) is imported only by
 ``MethodSpec.load``, so none of them imports torch.
 
-The registry is the built-in specs (``fedbayes.methods.builtin``) plus those that installed packages
-register under the entry-point group ``fedbayes.methods`` (docs/adding-a-method.md)::
+The registry (``method_specs``) is what installed packages register under the entry-point group
+``fedbayes.methods`` (docs/adding-a-method.md); fedbayes' own methods are registered the same way, in
+its pyproject.toml, one package each under ``fedbayes/methods/``::
 
     [project.entry-points."fedbayes.methods"]
-    fedavg_slr = "fedbayes_example_method:SPEC"
+    fedavg = "fedbayes.methods.fedavg:SPEC"
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from functools import cache
 from typing import Any
 
 ENTRY_POINT_GROUP = "fedbayes.methods"
+DISTRIBUTION = "fedbayes"   # the distribution whose entry points are the built-in methods
 KEY_PATTERN = re.compile(r"^[a-z_]+$")   # a method is a path component of every run (workflow/rules/common.smk)
 PREDICTIONS = ("point", "samples")
 NEEDS = {
@@ -156,7 +159,7 @@ class MethodSpec:
     """One federated method, described without torch.
 
     key:            its name in params.yaml, run paths, MLflow and tables (``[a-z_]+``)
-    implementation: ``"package.module:Class"``, a ``fedbayes.methods.base.Method`` subclass, imported
+    implementation: ``"package.module:Class"``, a ``fedbayes.methods.core.base.Method`` subclass, imported
                     only when a run trains
     params:         its ``Hyperparameters`` subclass (types, defaults, rules, documentation)
     variants:       prediction variant → ``"point"`` | ``"samples"``; ``""`` is its own prediction,
@@ -232,27 +235,36 @@ def _from_entry_point(ep) -> list[MethodSpec]:
     return specs
 
 
+def _is_builtin(ep) -> bool:
+    """An entry point of fedbayes' own distribution (its pyproject.toml's table)."""
+    dist = getattr(ep, "dist", None)
+    return dist is not None and (dist.metadata["Name"] or "").lower() == DISTRIBUTION
+
+
 @cache
 def method_specs() -> dict[str, MethodSpec]:
-    """Every method this installation knows: the built-in ones, then each installed package's
-    (entry-point group ``fedbayes.methods``). An installed package that cannot be loaded, whose spec is
-    invalid, or whose key a built-in method or another package has too, is left out with a warning naming
-    it (``plugin_problems``): it breaks only the configurations that name its key, which validation
-    refuses with that reason, not every command."""
+    """Every method this installation knows, each registered under the entry-point group
+    ``fedbayes.methods``: fedbayes' own (its pyproject.toml, in its order) first, then each other installed
+    package's.
+    A package that cannot be loaded, whose spec is invalid, or whose key fedbayes or another package
+    has too, is left out with a warning naming it (``plugin_problems``): it breaks only the
+    configurations that name its key, which validation refuses with that reason, not every command."""
     import warnings
     from importlib.metadata import entry_points
 
-    from fedbayes.methods.builtin import SPECS
-
-    out: dict[str, MethodSpec] = {s.key: s for s in SPECS}
-    where: dict[str, str] = {s.key: "fedbayes" for s in SPECS}
+    out: dict[str, MethodSpec] = {}
+    where: dict[str, str] = {}
     problems: dict[str, str] = {}
     origins: dict[str, tuple] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        source = f"{ep.value} (entry point {ep.name})"
+    eps = entry_points(group=ENTRY_POINT_GROUP)   # fedbayes' own in its table's order, then the others by name
+    for ep in [e for e in eps if _is_builtin(e)] + sorted((e for e in eps if not _is_builtin(e)), key=lambda e: e.name):
+        builtin = _is_builtin(ep)
+        source = DISTRIBUTION if builtin else f"{ep.value} (entry point {ep.name})"
         try:
             specs = _from_entry_point(ep)
         except Exception as err:  # noqa: BLE001  (an import error, a spec that is not one: its own problem)
+            if builtin:
+                raise
             problems[ep.name] = f"the installed method {source} cannot be used: {type(err).__name__}: {err}"
             continue
         for s in specs:
@@ -260,16 +272,18 @@ def method_specs() -> dict[str, MethodSpec]:
                 problems[s.key] += f", and by {source}"
             elif s.key in out:
                 problems[s.key] = f"method {s.key!r} is registered twice: by {where[s.key]} and by {source}"
-                if where[s.key] != "fedbayes":   # two packages: neither is used (which one was meant?)
+                if where[s.key] != DISTRIBUTION:   # two packages: neither is used (which one was meant?)
                     del out[s.key]
             else:
-                out[s.key], where[s.key], origins[s.key] = s, source, (ep, s.implementation)
+                out[s.key], where[s.key] = s, source
+                if not builtin:
+                    origins[s.key] = (ep, s.implementation)
     for key, why in problems.items():
         warnings.warn(f"fedbayes: {why}; left out", RuntimeWarning, stacklevel=2)
     _PROBLEMS.clear()
     _PROBLEMS.update(problems)
     _SOURCES.clear()
-    _SOURCES.update({k: v for k, v in where.items() if k in out and v != "fedbayes"})
+    _SOURCES.update({k: v for k, v in where.items() if k in out and v != DISTRIBUTION})
     _ORIGINS.clear()
     _ORIGINS.update({k: v for k, v in origins.items() if k in _SOURCES})
     return out
@@ -312,10 +326,10 @@ def implementation_problem(key: str) -> str | None:
         return None
     try:
         cls = spec.load()
-        from fedbayes.methods.base import Method
+        from fedbayes.methods.core.base import Method
 
         if not (isinstance(cls, type) and issubclass(cls, Method)):
-            raise TypeError(f"it is a {type(cls).__name__}, not a fedbayes.methods.base.Method subclass")
+            raise TypeError(f"it is a {type(cls).__name__}, not a fedbayes.methods.core.base.Method subclass")
     except Exception as err:  # noqa: BLE001  (whatever its import raises is the plug-in's problem)
         return (f"the implementation {spec.implementation} of the installed method {_SOURCES[key]} cannot be "
                 f"imported: {type(err).__name__}: {err}")
@@ -325,14 +339,15 @@ def implementation_problem(key: str) -> str | None:
 def hparam_rules(specs: Mapping[str, MethodSpec]) -> dict[str, dict]:
     """name → JSON Schema rule of every hyperparameter any method declares, in declaration order; a name
     declared with different rules by different methods accepts any of them (``rho``: FedLap's
-    ``data``/``uniform``, BayesADMM's number)."""
+    ``data``/``uniform``, BayesADMM's number), in an order that does not depend on the methods'."""
     rules: dict[str, list[dict]] = {}
     for s in specs.values():
         for f in dataclasses.fields(s.params):
             seen = rules.setdefault(f.name, [])
             if f.metadata["rule"] not in seen:
                 seen.append(f.metadata["rule"])
-    return {k: v[0] if len(v) == 1 else {"anyOf": v} for k, v in rules.items()}
+    return {k: v[0] if len(v) == 1 else {"anyOf": sorted(v, key=lambda r: json.dumps(r, sort_keys=True))}
+            for k, v in rules.items()}
 
 
 def _flagged(specs: Mapping[str, MethodSpec], flag: str) -> list[str]:
