@@ -111,7 +111,7 @@ HOST_SIDE = {("methods/bayesadmm/algorithm.py", "torch.zeros((), dtype=torch.lon
              ("methods/bayesadmm/algorithm.py", "torch.tensor(st.t)"),
              ("methods/fedcurv/algorithm.py", "torch.zeros((), dtype=torch.long)"),
              ("methods/fedcurv/algorithm.py", "torch.tensor(rnd)"),
-             ("methods/local.py", "torch.tensor(steps, dtype=torch.float64)")}
+             ("methods/core/local.py", "torch.tensor(steps, dtype=torch.float64)")}
 
 
 def device_less_factories(path: Path) -> list[tuple[int, str]]:
@@ -205,3 +205,70 @@ def test_registration_check_catches_a_spec_made_elsewhere(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text("from fedbayes.methods import spec\nS = [spec.MethodSpec(key='x', implementation='a:B')]\n")
     assert spec_constructions(planted) == [2]
+
+
+# One typed path: a method reads its hyperparameters as ``self.p.<name>`` (its spec's Params: the one
+# default, validated), the engine its options as ``EngineOptions``; neither reads the run's raw dict.
+RAW_DICTS = {"hp", "hparams"}
+RAW_READ_ALLOWED = {("methods/core/base.py", "__init__")}   # with_fixed: the dict given, checked against the spec's fixed values
+
+
+def _is_raw_dict(node: ast.AST) -> bool:
+    """``hp``, ``self.hp``, ``x["hparams"]``, ``x.get("hparams", …)``."""
+    if isinstance(node, ast.Name):
+        return node.id in RAW_DICTS
+    if isinstance(node, ast.Attribute):
+        return node.attr in RAW_DICTS
+    key = node.slice if isinstance(node, ast.Subscript) else \
+        node.args[0] if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args else None
+    return isinstance(key, ast.Constant) and key.value in RAW_DICTS
+
+
+def raw_hparam_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, enclosing function) of each read of one value out of a raw hyperparameter dict:
+    ``hp["lr"]``, ``self.hp.get("clip")``, ``cfg["hparams"]["mc_every"]``."""
+    out = []
+
+    def visit(node: ast.AST, func: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            func = node.name
+        if isinstance(node, ast.Subscript) and _is_raw_dict(node.value) and not isinstance(node.ctx, ast.Store):
+            out.append((node.lineno, func))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and _is_raw_dict(node.func.value):
+            out.append((node.lineno, func))
+        for child in ast.iter_child_nodes(node):
+            visit(child, func)
+
+    visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_methods_and_engine_read_no_raw_hyperparameter():
+    found = []
+    for path in sorted([*(SRC / "methods").rglob("*.py"), *(SRC / "engine").rglob("*.py")]):
+        rel = str(path.relative_to(SRC))
+        found += [f"{rel}:{line} (in {func or 'the module'})" for line, func in raw_hparam_reads(path)
+                  if (rel, func) not in RAW_READ_ALLOWED]
+    assert not found, "raw hyperparameter reads (read self.p.<name>, or EngineOptions in the engine):\n" + "\n".join(found)
+
+
+def test_raw_hyperparameter_check_catches_planted_reads(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("def f(self, hp, cfg):\n    a = self.hp['lr']\n    b = hp.get('clip')\n"
+                       "    c = cfg['hparams']['mc_every']\n    d = cfg.get('hparams', {}).get('client_stream')\n"
+                       "    e = self.p.lr\n    g = cfg['hparams']\n")
+    assert raw_hparam_reads(planted) == [(2, "f"), (3, "f"), (4, "f"), (5, "f")]
+
+
+def test_methods_read_no_engine_option():
+    """An engine option (``EngineOptions``) is the engine's: a method's algorithm never reads it."""
+    import dataclasses
+
+    from fedbayes.methods.spec import EngineOptions
+
+    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    found = [f"{path.relative_to(SRC)}:{node.lineno}: p.{node.attr}"
+             for path in sorted((SRC / "methods").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr in names and getattr(node.value, "attr", getattr(node.value, "id", "")) == "p"]
+    assert not found, "\n".join(found)

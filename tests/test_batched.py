@@ -138,6 +138,7 @@ def test_ivon_batched_step_is_the_sequential_step_on_one_client():
     the states agree to round-off of the vmapped product alone (max |Δm| printed by the benchmark)."""
     from fedbayes.methods.core.base import ClientData
     from fedbayes.methods.core.ivon import IVONState, ivon_train, ivon_train_batched, lr_schedule
+    from fedbayes.methods.spec import Hyperparameters
     from fedbayes.models import FlatModel, build_model
 
     torch.manual_seed(0)
@@ -145,7 +146,7 @@ def test_ivon_batched_step_is_the_sequential_step_on_one_client():
     x, y = torch.randn(40, 1, 8, 8), torch.randint(0, 3, (40,))
     data = ClientData(x, y)
     w0 = torch.randn(fm.n_params) * 0.1
-    hp = {"lr": 0.05, "lr_final": 0.01, "lr_schedule": "linear_local"}
+    hp = Hyperparameters(lr=0.05, lr_final=0.01, lr_schedule="linear_local")
     common = dict(epochs=2, batch_size=16, beta1=0.9, beta2=0.999)
     torch.manual_seed(123)
     seq, loss_s, n_s = ivon_train(fm, IVONState.start(w0, 0.5), data, np.random.default_rng(5),

@@ -1,4 +1,4 @@
-"""The compiled CPU kernels (fedbayes/methods/kernels.cpp) against the eager code they replace, bit for
+"""The compiled CPU kernels (fedbayes/methods/core/kernels.cpp) against the eager code they replace, bit for
 bit: torch.randn (values and the generator's state after), IVON's sampling step and IVON's update."""
 
 import itertools

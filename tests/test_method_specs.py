@@ -115,7 +115,7 @@ def test_each_spec_names_its_implementation_and_needs(key):
 def test_hyperparameter_defaults_obey_their_rules():
     """A default is REQUIRED, None (off) or a value its own rule accepts."""
     from fedbayes.catalog import METHOD_SPECS
-    from fedbayes.config import check_value
+    from fedbayes.methods.spec import check_value
 
     for spec in METHOD_SPECS.values():
         for f in dataclasses.fields(spec.params):

@@ -323,10 +323,10 @@ def test_prox_grad_is_the_gradient_of_the_proximal_term(mode):
     x = w.clone().requires_grad_(True)
     d = torch.linalg.vector_norm(x - w_g)
     (0.5 * d ** 2 if mode == "squared" else 0.5 * d).backward()
-    torch.testing.assert_close(prox_grad(w, w_g, {"prox_norm": mode}), x.grad)
-    assert torch.equal(prox_grad(w_g, w_g, {"prox_norm": "unsquared"}), torch.zeros_like(w))  # torch.norm's 0 at 0
+    torch.testing.assert_close(prox_grad(w, w_g, mode), x.grad)
+    assert torch.equal(prox_grad(w_g, w_g, "unsquared"), torch.zeros_like(w))  # torch.norm's 0 at 0
     with pytest.raises(ValueError, match="prox_norm"):
-        prox_grad(w, w_g, {"prox_norm": "cubed"})
+        prox_grad(w, w_g, "cubed")
 
 
 def test_diag_ggn_on_a_model_with_dropout_is_the_eval_mode_curvature():

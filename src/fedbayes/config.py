@@ -15,9 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from fedbayes.fileio import YAMLInputError, load_yaml
+from fedbayes.methods.spec import Validator
 
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
 SCALES = ("paper", "smoke", "rehearsal")
@@ -63,14 +62,6 @@ def complete_schema(schema: dict) -> dict:
     defs["train"]["properties"] = {k: rules[k] for k in train_keys(METHOD_SPECS)}
     defs["grid"]["propertyNames"] = {"enum": sweepable(METHOD_SPECS)}
     return out
-
-
-def check_value(value: Any, rule: dict) -> str | None:
-    """Why ``value`` breaks a hyperparameter's schema ``rule`` (the method specs' validation), or None."""
-    from fedbayes.methods.spec import DEFS
-
-    error = next(iter(_Validator({"$defs": DEFS, **rule}).iter_errors(value)), None)
-    return None if error is None else error.message
 
 
 def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
@@ -184,17 +175,6 @@ def _value_problems(params: Any) -> list[str]:
     return sorted(problems)
 
 
-def _strict_integer(checker, x) -> bool:
-    """JSON Schema's ``integer`` accepts 4.0; a count, seed or epoch number must be a Python int (4.0 would
-    name paths ``seed4.0`` and crash ``range``), and True is not 1."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer))
-
-
 def _grids(params: dict):
     """(dotted path, grid) of every sweep grid: ``methods.<m>.sweep``, ``experiments.<e>.methods.<m>.sweep``."""
     for m, spec in (params.get("methods") or {}).items():
@@ -258,7 +238,7 @@ def validate(params: dict, schema: dict) -> None:
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
     schema = complete_schema(schema)
-    v = _Validator(schema)
+    v = Validator(schema)
     errors = [(list(e.path), e.message) for e in v.iter_errors(params)] + _grid_errors(v, params, schema)
     if errors:
         lines = [f"  - {'.'.join(map(str, p)) or '<root>'}: {msg}" for p, msg in sorted(errors, key=lambda e: str(e[0]))]

@@ -28,6 +28,7 @@ def build_method(name: str, fm, hp: dict, client_sizes, context=None) -> Method:
     m = specs[name].load()(fm, hp, client_sizes, context or RunContext())
     m.name, m.spec = name, specs[name]
     m.variants = dict(specs[name].variants)
+    m.p   # noqa: B018  (its hyperparameters, validated against its Params now, not at first use)
     return m
 
 

@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import jsonschema
+
 ENTRY_POINT_GROUP = "fedbayes.methods"
 DISTRIBUTION = "fedbayes"   # the distribution whose entry points are the built-in methods
 KEY_PATTERN = re.compile(r"^[a-z_]+$")   # a method is a path component of every run (workflow/rules/common.smk)
 PREDICTIONS = ("point", "samples")
 NEEDS = {
-    "server_data": "a share of the training points held out on the server (hyperparameter server_unlabeled)",
+    "server_data": "a share of the training points held out on the server (Method.server_share says how much)",
     "local_models": "local_weights() returns each client's model (local/acc, experiments.<e>.local_eval)",
 }
 
@@ -60,6 +62,23 @@ NONNEG = {"type": "number", "minimum": 0}
 NONNEG_INT = {"type": "integer", "minimum": 0}
 SHARE = {"type": "number", "minimum": 0, "maximum": 1}
 BOOL = {"type": "boolean"}
+
+
+def _strict_integer(checker, x) -> bool:
+    """JSON Schema's ``integer`` accepts 4.0; a count, seed or epoch number must be a Python int (4.0 would
+    name paths ``seed4.0`` and crash ``range``), and True is not 1."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer))
+
+
+def check_value(value: Any, rule: dict) -> str | None:
+    """Why ``value`` breaks a hyperparameter's schema ``rule``, or None."""
+    error = next(iter(Validator({"$defs": DEFS, **rule}).iter_errors(value)), None)
+    return None if error is None else error.message
 
 
 def enum(*values) -> dict:
@@ -96,45 +115,25 @@ def hyperparameters(cls: type) -> type:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Hyperparameters:
-    """What every method accepts: local training and the engine's per-run options (``train:`` keys
-    can also be set per experiment). A method's ``params`` subclasses this and adds its own fields."""
-
-    optimizer: str = hparam("adam", enum("adam", "sgd"), "local optimiser (methods/base.py make_optimizer)",
-                            sweep=True, train=True)
-    lr: float = hparam(REQUIRED, POSNUM, "local learning rate", sweep=True, train=True)
-    batch_size: int = hparam(REQUIRED, POSINT, "local minibatch size", sweep=True, train=True)
-    local_epochs: int = hparam(REQUIRED, POSINT, "passes over the client's data a round", sweep=True, train=True)
-    grad_clip: float | None = hparam(None, {"type": ["number", "null"], "exclusiveMinimum": 0},
-                                     "global norm the local gradient is clipped to (null: none)", sweep=True, train=True)
-    client_optimizer: str = hparam("fresh", enum("fresh", "persistent"),
-                                   "persistent: each client keeps its optimiser state across rounds "
-                                   "(FedLap/BayesADMM code)", sweep=True, code_default=True)
-    lr_schedule: str = hparam("constant", enum("constant", "cosine_rounds", "linear_local"),
-                              "learning-rate schedule (methods/ivon.py lr_schedule)")
-    lr_final: float = hparam(REQUIRED, POSNUM, "final learning rate of a decaying lr_schedule")
-    client_stream: str = hparam("independent", enum("independent", "replay"),
-                                "replay: one random stream for every client and round (BayesADMM code)")
-    client_rows: str = hparam("partition", enum("partition", "by_label"),
-                              "by_label: each client's rows grouped by class (BayesADMM code's iid layout)",
-                              code_default=True)
-    mc_every: int = hparam(REQUIRED, POSINT, "evaluate the sampled predictive every N rounds (+ table rounds); "
-                                             "default: the experiment's mc_every, else eval_every")
-    mc_round0: bool = hparam(True, BOOL, "also evaluate the sampled predictive at round 0 (the initialisation)")
-    mc_window: bool = hparam(True, BOOL, "also in the 3-round windows before reported rounds (mean_last3 tables need it)")
+class Options:
+    """Typed options read from a run's hyperparameter dict: each field's rule checked where it is not its
+    default, the rules across fields (``problems``) too."""
 
     def __post_init__(self) -> None:
-        from fedbayes.config import check_value
-
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not REQUIRED and value != f.default:
                 problem = check_value(value, f.metadata["rule"])
                 if problem:
-                    raise ValueError(f"{type(self).__qualname__}: {f.name} {problem}")
+                    raise ValueError(f"{self._owner()}: {f.name} {problem}")
         broken = self.problems()
         if broken:
-            raise ValueError(f"{type(self).__qualname__}: " + "; ".join(broken))
+            raise ValueError(f"{self._owner()}: " + "; ".join(broken))
+
+    @classmethod
+    def _owner(cls) -> str:
+        """How an error names the class: a method package's ``Params`` by its package."""
+        return f"{cls.__module__}.Params" if cls.__qualname__ == "Params" else cls.__qualname__
 
     def problems(self) -> list[str]:
         """Rules across fields (a value valid alone but not beside another), each broken one in a sentence
@@ -152,6 +151,49 @@ class Hyperparameters:
         ``smoke.hparams`` sets values for every method); ValueError naming a bad value's key."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in hp.items() if k in names})
+
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalTraining(Options):
+    """How a client trains (the shared local loop, ``fedbayes.methods.core.base``)."""
+
+    optimizer: str = hparam("adam", enum("adam", "sgd"), "local optimiser (methods/core/local.py make_optimizer)",
+                            sweep=True, train=True)
+    lr: float = hparam(REQUIRED, POSNUM, "local learning rate", sweep=True, train=True)
+    batch_size: int = hparam(REQUIRED, POSINT, "local minibatch size", sweep=True, train=True)
+    local_epochs: int = hparam(REQUIRED, POSINT, "passes over the client's data a round", sweep=True, train=True)
+    grad_clip: float | None = hparam(None, {"type": ["number", "null"], "exclusiveMinimum": 0},
+                                     "global norm the local gradient is clipped to (null: none)", sweep=True, train=True)
+    client_optimizer: str = hparam("fresh", enum("fresh", "persistent"),
+                                   "persistent: each client keeps its optimiser state across rounds "
+                                   "(FedLap/BayesADMM code)", sweep=True, code_default=True)
+    lr_schedule: str = hparam("constant", enum("constant", "cosine_rounds", "linear_local"),
+                              "learning-rate schedule (methods/core/ivon.py lr_schedule)")
+    lr_final: float = hparam(REQUIRED, POSNUM, "final learning rate of a decaying lr_schedule")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions(Options):
+    """The engine's per-run options (``fedbayes.engine.loop`` reads these, a method never does): set in a
+    method's block of params.yaml like its hyperparameters, and recorded with them."""
+
+    client_stream: str = hparam("independent", enum("independent", "replay"),
+                                "replay: one random stream for every client and round (BayesADMM code)")
+    client_rows: str = hparam("partition", enum("partition", "by_label"),
+                              "by_label: each client's rows grouped by class (BayesADMM code's iid layout)",
+                              code_default=True)
+    mc_every: int = hparam(REQUIRED, POSINT, "evaluate the sampled predictive every N rounds (+ table rounds); "
+                                             "default: the experiment's mc_every, else eval_every")
+    mc_round0: bool = hparam(True, BOOL, "also evaluate the sampled predictive at round 0 (the initialisation)")
+    mc_window: bool = hparam(True, BOOL, "also in the 3-round windows before reported rounds (mean_last3 tables need it)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hyperparameters(EngineOptions, LocalTraining):
+    """What every method accepts: local training and the engine's per-run options (``train:`` keys
+    can also be set per experiment). A method's ``params`` subclasses this and adds its own fields."""
 
 
 @dataclass(frozen=True)

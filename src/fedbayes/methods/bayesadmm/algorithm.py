@@ -5,7 +5,7 @@ duals v_k, u_k (init 0). With ρ (step), γ = c·ρ (dual step, c = ``dual_dampi
 α = 1/(1 + Kρ):
 
 client k:  (m_k, s_k) ← argmin_q E_q[ Σ_i ℓ_k^{(i)}(θ)/τ + v_kᵀθ − ½ θᵀ(u_k∘θ) ] + ρ KL(q ‖ q̄)
-              = IVON (methods/ivon.py) with ℓ̄ = minibatch-mean CE, λ = N_k/(ρτ), prior (m̄, δ_ivon = s̄/λ),
+              = IVON (methods/core/ivon.py) with ℓ̄ = minibatch-mean CE, λ = N_k/(ρτ), prior (m̄, δ_ivon = s̄/λ),
                 Lagrange terms v = (τ/N_k) v_k, u = (τ/N_k) u_k; it returns s_k = λ(h + δ_ivon)
            v_k ← v_k + γ (s_k∘m_k − s̄∘m̄)                                          (line 5)
            u_k ← u_k + γ (s_k − s̄)                                                 (line 6)
@@ -43,10 +43,10 @@ class BayesADMM(Method):
 
     @property
     def alpha(self) -> float:
-        return 1.0 / (1.0 + self.n_clients * float(self.hp["rho"]))
+        return 1.0 / (1.0 + self.n_clients * float(self.p.rho))
 
     def init_state(self, w0):
-        delta = float(self.hp["delta"])
+        delta = float(self.p.delta)
         zeros = torch.zeros_like(w0)
         server = {"w": zeros.clone(), "s": torch.full_like(w0, delta), "w0": w0.clone()}
         clients = [{"v": zeros.clone(), "u": zeros.clone(), "g": zeros.clone(), "t": torch.zeros((), dtype=torch.long)}
@@ -62,23 +62,22 @@ class BayesADMM(Method):
     def _client_problem(self, down, state, n_k, rnd) -> tuple[IVONState, dict]:
         """Client k's IVON problem (the module docstring's client step): its start state and the
         per-client arguments of ``ivon_train``."""
-        hp = self.hp
-        rho, tau = float(hp["rho"]), float(hp["tau"])
+        rho, tau = float(self.p.rho), float(self.p.tau)
         m_bar, s_bar = down["w"], down["s"]
         ess = n_k / (rho * tau)
         if self.p.ivon_reset == "code":
             if "w0" in down:
-                st = IVONState(down["w0"].clone(), torch.full_like(m_bar, float(hp["h0"])), state["g"], int(state["t"]))
+                st = IVONState(down["w0"].clone(), torch.full_like(m_bar, float(self.p.h0)), state["g"], int(state["t"]))
             else:
                 st = IVONState(m_bar.clone(), torch.zeros_like(m_bar), state["g"], int(state["t"]))
         else:
-            st = IVONState.start(m_bar, float(hp["h0"]))
-        return st, dict(lr=lr_schedule(hp, rnd, self.rounds), ess=ess, delta=s_bar / ess, prior_mean=m_bar,
+            st = IVONState.start(m_bar, float(self.p.h0))
+        return st, dict(lr=lr_schedule(self.p, rnd, self.rounds), ess=ess, delta=s_bar / ess, prior_mean=m_bar,
                         v=(tau / n_k) * state["v"], u=(tau / n_k) * state["u"])
 
     def _client_result(self, st: IVONState, problem: dict, down, state) -> tuple[dict, dict]:
         """The dual updates (lines 5–6) and the message (lines 9–10) from the client's IVON result."""
-        gamma = float(self.hp["dual_damping"]) * float(self.hp["rho"])
+        gamma = float(self.p.dual_damping) * float(self.p.rho)
         m_bar, s_bar, v, u = down["w"], down["s"], state["v"], state["u"]
         s_k = st.precision(problem["ess"], problem["delta"])
         v_new = v + gamma * (s_k * st.m - s_bar * m_bar)
@@ -105,15 +104,14 @@ class BayesADMM(Method):
     def server_update(self, server, messages, rnd):
         if len(messages) != self.n_clients:
             raise ValueError("BayesADMM's server step needs every client each round (full participation)")
-        s = torch.stack([m["b"] for m in messages.values()]).sum(0) + self.alpha * float(self.hp["delta"])
+        s = torch.stack([m["b"] for m in messages.values()]).sum(0) + self.alpha * float(self.p.delta)
         w = torch.stack([m["a"] for m in messages.values()]).sum(0) / s
         return {**server, "w": w, "s": s}
 
     def sample_std(self, server) -> torch.Tensor:
         if self.p.pred_var == "code_quirk":
-            hp = self.hp
-            lam_g = float(self.client_sizes.sum()) / (float(hp["rho"]) * float(hp["tau"]))
-            return torch.full_like(server["w"], 1.0 / math.sqrt(lam_g * float(hp["h0"]) + float(hp["delta"])))
+            lam_g = float(self.client_sizes.sum()) / (float(self.p.rho) * float(self.p.tau))
+            return torch.full_like(server["w"], 1.0 / math.sqrt(lam_g * float(self.p.h0) + float(self.p.delta)))
         return server["s"].rsqrt()
 
     def predict_logits(self, server, x, variant="", seed=0):

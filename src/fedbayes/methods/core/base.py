@@ -28,8 +28,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from fedbayes.catalog import HPARAM_DEFAULTS
 from fedbayes.methods.core.local import make_optimizer, train_local, train_local_batched
+from fedbayes.methods.spec import method_specs
 from fedbayes.models import FlatModel
 
 Tensors = dict[str, torch.Tensor]
@@ -99,7 +99,7 @@ class RunContext:
     rounds: int = 0                           # R (schedules over rounds)
     clients_per_round: int = 0                # M, the clients sampled a round
     seed: int = 0                             # the run's base seed (server-side random streams)
-    server_x: torch.Tensor | None = None      # inputs held out of the clients for the server (``server_unlabeled``)
+    server_x: torch.Tensor | None = None      # inputs held out of the clients for the server (``server_share``)
 
 
 @dataclass
@@ -143,8 +143,6 @@ class Method:
         if "_p" not in self.__dict__:
             spec = self.spec
             if spec is None:   # in __init__, before build_method sets it: the spec whose class this is
-                from fedbayes.methods.spec import method_specs
-
                 spec = next((s for s in method_specs().values() if s.load() is type(self)), None)
             if spec is None:
                 raise AttributeError(f"{type(self).__name__}.p needs the method's spec (build it with build_method)")
@@ -238,9 +236,17 @@ class Method:
     def server_update(self, server: Tensors, messages: dict[int, Tensors], rnd: int) -> Tensors:
         raise NotImplementedError
 
+    @classmethod
+    def server_share(cls, p) -> float:
+        """The share of the training points the engine holds out for the server (a method whose spec
+        ``needs`` ``server_data`` says how much, from its hyperparameters ``p``), given to it as
+        ``context.server_x``."""
+        return 0.0
+
     def local_weights(self, message: Tensors, down: Tensors) -> torch.Tensor | None:
         """The client's trained weights θ_n recovered from its message (for ``local_eval``, the FOLA
-        paper's local accuracy); None where a method's client has no single model to evaluate."""
+        paper's local accuracy; asked of a method whose spec ``needs`` ``local_models``); None where a
+        method's client has no single model to evaluate."""
         return None
 
     def predict_logits(self, server: Tensors, x: torch.Tensor, variant: str = "", seed: int = 0) -> torch.Tensor:
@@ -268,21 +274,21 @@ class Method:
         decays the learning rate linearly to ``lr_final`` over the call's steps (FedIVON's baselines);
         the default is a constant rate.
         """
-        hp = self.hp
+        p = self.p
         w = w_start.detach().clone().requires_grad_(True)
-        opt = make_optimizer(self.p.optimizer, [w], hp["lr"])
-        persistent = client_optimizer(hp) == "persistent"
+        opt = make_optimizer(p.optimizer, [w], p.lr)
+        persistent = p.client_optimizer == "persistent"
         if persistent:
             if state is None:
                 raise TypeError(f"{type(self).__name__}: client_optimizer: persistent needs the client state "
                                 "passed to local_train")
             opt.load_state(state)
-        if self.p.lr_schedule != "constant":
+        if p.lr_schedule != "constant":
             from fedbayes.methods.core.ivon import lr_schedule
-            opt.schedule = lr_schedule(hp, 1, 1)
-        mean_loss, steps = train_local(self.fm, opt, data, rng, epochs=int(hp["local_epochs"]),
-                                       batch_size=int(hp["batch_size"]), extra_loss=extra_loss,
-                                       extra_grad=extra_grad, clip=self.p.grad_clip)
+            opt.schedule = lr_schedule(p, 1, 1)
+        mean_loss, steps = train_local(self.fm, opt, data, rng, epochs=int(p.local_epochs),
+                                       batch_size=int(p.batch_size), extra_loss=extra_loss,
+                                       extra_grad=extra_grad, clip=p.grad_clip)
         if persistent:
             state.update(opt.state())
         return LocalResult(w.detach(), mean_loss, steps)
@@ -296,47 +302,35 @@ def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[Clien
     (``methods.local.train_local_batched``; ``extra_grad`` of the stacked weights (C, P)): (weights (C, P),
     each client's ``LocalResult``, or None where the hyperparameters ask for what the batched loop does not
     do (a learning-rate schedule) or the model draws (dropout) or mixes rows (batch norm)."""
-    hp = method.hp
-    if method.p.lr_schedule != "constant":
+    p = method.p
+    if p.lr_schedule != "constant":
         return None
     if not method.fm.row_wise:   # dropout draws (or batch statistics): no vmapped form with the same numbers
         return None
     W, losses, steps = train_local_batched(
-        method.fm, w_start, datas, rngs, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
-        lr=float(hp["lr"]), optimizer=method.p.optimizer, clip=method.p.grad_clip, states=states if client_optimizer(hp) == "persistent" else None,
+        method.fm, w_start, datas, rngs, epochs=int(p.local_epochs), batch_size=int(p.batch_size),
+        lr=float(p.lr), optimizer=p.optimizer, clip=p.grad_clip, states=states if p.client_optimizer == "persistent" else None,
         extra_grad=extra_grad)
     return [LocalResult(W[c], losses[c], steps[c]) for c in range(len(datas))]
 
 
-def prox_batchable(hp: dict) -> bool:
-    """Has ``prox_grad`` a batched (vmapped) form? The squared term's gradient is elementwise; the
-    unsquared one branches on each client's norm."""
-    return hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"]) == "squared"
+def prox_batchable(mode: str) -> bool:
+    """Has ``prox_grad`` of ``prox_norm`` ``mode`` a batched (vmapped) form? The squared term's gradient
+    is elementwise; the unsquared one branches on each client's norm."""
+    return mode == "squared"
 
 
-def prox_grad(w: torch.Tensor, w_g: torch.Tensor, hp: dict) -> torch.Tensor:
+def prox_grad(w: torch.Tensor, w_g: torch.Tensor, mode: str) -> torch.Tensor:
     """Gradient of the proximal term ``½‖w − w_g‖²`` (``prox_norm: squared``, the papers), or of
     ``½‖w − w_g‖`` (``unsquared``: the FedLap/BayesADMM authors' baselines call torch.norm without
     squaring it, spec 001 §6 item 5): ``(w − w_g) / (2‖w − w_g‖)``, 0 at w = w_g as torch.norm's."""
     d = w - w_g
-    mode = hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"])
     if mode == "squared":
         return d
     if mode == "unsquared":
         n = torch.linalg.vector_norm(d)
         return d * (0.5 / n) if n > 0 else torch.zeros_like(d)
     raise ValueError(f"prox_norm must be squared or unsquared, got {mode!r}")
-
-
-CLIENT_OPTIMIZER = ("fresh", "persistent")
-
-
-def client_optimizer(hp: dict) -> str:
-    """``client_optimizer``: ``fresh`` (the default) or ``persistent`` (see ``Method.local_train``)."""
-    mode = hp.get("client_optimizer", HPARAM_DEFAULTS["client_optimizer"])
-    if mode not in CLIENT_OPTIMIZER:
-        raise ValueError(f"client_optimizer must be one of {CLIENT_OPTIMIZER}, got {mode!r}")
-    return mode
 
 
 def weighted_mean(vectors: dict[int, torch.Tensor], weights: np.ndarray) -> torch.Tensor:

@@ -349,8 +349,8 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
 def ivon_settings(method) -> dict:
     """The IVON settings of ``ivon_train`` / ``ivon_train_batched`` an IVON method (BayesADMM, FedIVON)
     takes from its hyperparameters alike."""
-    hp, p = method.hp, method.p
-    return dict(epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]), beta1=float(p.beta1),
+    p = method.p
+    return dict(epochs=int(p.local_epochs), batch_size=int(p.batch_size), beta1=float(p.beta1),
                 beta2=float(p.beta2), clip_radius=float(p.clip_radius or math.inf))
 
 
@@ -374,7 +374,7 @@ def stacked_problems(problems: list[dict]) -> dict:
     return out
 
 
-def lr_schedule(hp: dict, rnd: int, rounds: int) -> Callable[[int, int], float]:
+def lr_schedule(p: Hyperparameters, rnd: int, rounds: int, scale: float = 1.0) -> Callable[[int, int], float]:
     """The local learning rate as a function of (local step i, local steps n):
 
     * ``constant``: ``lr``;
@@ -382,16 +382,16 @@ def lr_schedule(hp: dict, rnd: int, rounds: int) -> Callable[[int, int], float]:
       (BayesADMM, PyTorch's CosineAnnealingLR stepped once per round, η_min = 0);
     * ``linear_local``: from ``lr`` to ``lr_final`` linearly over the n local steps of each client
       update (FedIVON App. B "linearly decaying", spec ambiguity A3: step i gets lr + (lr_final − lr)·i/n).
-    Multiplied by ``lr_scale`` (IVON's rescale_lr factor h0 + δ where a method uses it)."""
-    kind, lr0 = hp.get("lr_schedule", Hyperparameters.field("lr_schedule").default), float(hp["lr"])
-    scale = float(hp.get("lr_scale", 1.0))
+    Multiplied by ``scale`` (IVON's rescale_lr factor h0 + δ where a method uses it). ``p``: the run's
+    hyperparameters (``lr_schedule``, ``lr``, ``lr_final``)."""
+    kind, lr0, scale = p.lr_schedule, float(p.lr), float(scale)
     if kind == "constant":
         return lambda i, n: lr0 * scale
     if kind == "cosine_rounds":
         val = lr0 * 0.5 * (1.0 + math.cos(math.pi * (rnd - 1) / rounds))
         return lambda i, n: val * scale
     if kind == "linear_local":
-        lr1 = float(hp["lr_final"])
+        lr1 = float(p.lr_final)
         return lambda i, n: (lr0 + (lr1 - lr0) * i / n) * scale
     raise ValueError(f"unknown lr_schedule {kind!r}; choose constant, cosine_rounds or linear_local")
 

@@ -18,19 +18,19 @@ class FedADMM(Method):
         return server, [{"v": torch.zeros_like(w0)} for _ in range(self.n_clients)]
 
     def local_problem(self, k, down, state, data, rnd):
-        w_g, hp = down["w"], self.hp
+        w_g, mode = down["w"], self.p.prox_norm
 
         def grad(w, v, alpha, w_g):  # ∇ [vᵀw + (α/2)‖w − w_g‖²] = v + α (w − w_g)
-            return v + alpha * prox_grad(w, w_g, hp)
+            return v + alpha * prox_grad(w, w_g, mode)
 
-        return LocalProblem(w_g, grad, (state["v"], float(hp["alpha"]), w_g), batchable=prox_batchable(hp))
+        return LocalProblem(w_g, grad, (state["v"], float(self.p.alpha), w_g), batchable=prox_batchable(mode))
 
     def local_result(self, k, problem, res, down, state, data, rnd):
-        v_new = state["v"] + float(self.hp["alpha"]) * (res.w - down["w"])
+        v_new = state["v"] + float(self.p.alpha) * (res.w - down["w"])
         return {"w": res.w, "v": v_new}, {**state, "v": v_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
         z = server["z"].clone()
         for k, m in messages.items():
-            z[k] = m["w"] + m["v"] / float(self.hp["alpha"])
+            z[k] = m["w"] + m["v"] / float(self.p.alpha)
         return {**server, "z": z, "w": z.mean(0)}

@@ -24,7 +24,7 @@ class FedAvgM(Method):
         # experiment's other optimiser would be recorded in run.json but never used
         if self.p.optimizer != "sgd":
             raise ValueError(f"{type(self).__name__}: the FedEP family's clients run SGD with momentum; "
-                             f"set optimizer: sgd for it, not {self.hp['optimizer']!r}")
+                             f"set optimizer: sgd for it, not {self.p.optimizer!r}")
 
     def burn_in(self) -> int:
         return self.rounds if self.p.burn_in is None else int(self.p.burn_in)
@@ -44,9 +44,8 @@ class FedAvgM(Method):
         The penalty gradients are added in closed form after the CE backward pass, in the order
         autograd summed them when the penalties were part of the loss ((extra + weight decay) + CE),
         so the iterates are the same bit for bit (tests/test_fedep.py) without a graph over θ."""
-        hp = self.hp
         w = start.detach().clone().requires_grad_(True)
-        opt = FlatSGD(w, lr=float(hp["lr"]), momentum=float(self.p.momentum))
+        opt = FlatSGD(w, lr=float(self.p.lr), momentum=float(self.p.momentum))
         wd = float(self.p.weight_decay)
         half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
 
@@ -68,13 +67,13 @@ class FedAvgM(Method):
             out.append(acc / cnt if average else opt.weights.clone())
             acc, cnt = torch.zeros_like(start), 0
 
-        mean_loss, _ = train_local(self.fm, opt, data, rng, epochs=epochs, batch_size=int(hp["batch_size"]),
+        mean_loss, _ = train_local(self.fm, opt, data, rng, epochs=epochs, batch_size=int(self.p.batch_size),
                                    extra_grad=penalty_grad if (wd or extra_grad is not None) else None,
                                    after_step=add_iterate if average else None, after_epoch=end_epoch)
         return torch.stack(out), mean_loss
 
     def fedavg_client(self, down, data, rng):
-        samples, loss = self.sgd_epochs(down["w"], data, rng, int(self.hp["local_epochs"]))
+        samples, loss = self.sgd_epochs(down["w"], data, rng, int(self.p.local_epochs))
         return {"delta": down["w"] - samples[-1]}, loss
 
     def fedavg_server(self, server, messages):
@@ -95,12 +94,12 @@ class FedAvgM(Method):
         and FedPA rounds (iterate samples, tilted objectives) train one by one."""
         if rnd > self.burn_in() or type(self).fedavg_client is not FedAvgM.fedavg_client or not self.fm.row_wise:
             return None
-        hp, w = self.hp, down["w"]
+        w = down["w"]
         wd = float(self.p.weight_decay)
         half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
         W, losses, _ = train_local_batched(
-            self.fm, w, datas, rngs, epochs=int(hp["local_epochs"]), batch_size=int(hp["batch_size"]),
-            lr=float(hp["lr"]), optimizer="sgd", momentum=float(self.p.momentum),
+            self.fm, w, datas, rngs, epochs=int(self.p.local_epochs), batch_size=int(self.p.batch_size),
+            lr=float(self.p.lr), optimizer="sgd", momentum=float(self.p.momentum),
             extra_grad=(lambda W: (W * 2.0).mul_(half_wd)) if wd else None)
         return [({"delta": w - W[c]}, st, loss) for c, (st, loss) in enumerate(zip(states, losses))]
 

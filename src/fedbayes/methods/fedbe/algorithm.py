@@ -46,6 +46,10 @@ class FedBE(FedAvg):
         if not 0 < float(self.p.server_unlabeled) < 1:
             raise ValueError("fedbe needs unlabeled server data: set server_unlabeled (a share of the training points, 0–1)")
 
+    @classmethod
+    def server_share(cls, p) -> float:
+        return float(p.server_unlabeled)
+
     def teachers(self, ws: dict[int, torch.Tensor], gen: torch.Generator) -> list[torch.Tensor]:
         sizes = self.client_sizes.astype(float)
         mean = weighted_mean(ws, sizes)
@@ -66,7 +70,6 @@ class FedBE(FedAvg):
         return out
 
     def distil(self, w_start: torch.Tensor, x: torch.Tensor, p_bar: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        hp = self.hp
         temp = float(self.p.temperature)
         target = F.softmax(p_bar.clamp_min(1e-12).log() / temp, -1)   # P = p̄^(1/T), renormalised
         n_classes = target.shape[-1]

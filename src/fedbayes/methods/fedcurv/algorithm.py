@@ -37,8 +37,9 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.core.base import ClientData, Method, weighted_mean
-from fedbayes.methods.core.local import minibatches
 from fedbayes.methods.core.curvature import PRIOR_LOSSES, diag_ggn, evaluation_mode, per_example_grads, prior_loss
+from fedbayes.methods.core.local import minibatches
+from fedbayes.methods.spec import REQUIRED
 
 
 def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str = "code") -> torch.Tensor:
@@ -80,24 +81,14 @@ def others_penalty(w: torch.Tensor, U: torch.Tensor, V: torch.Tensor, lam: float
 
 
 class FedCurv(Method):
-    anchors = ("clients", "global")
-    fisher_norms = ("code", "paper", "ggn")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        hp = self.hp
-        if "lambda_prior" not in hp or not float(hp["lambda_prior"]) >= 0:
-            raise ValueError(f"lambda_prior must be a number >= 0, got {hp.get('lambda_prior')!r}")
-        if self.p.anchor not in self.anchors:
-            raise ValueError(f"anchor must be one of {self.anchors}, got {hp.get('anchor')!r}")
-        if self.p.fisher_norm not in self.fisher_norms:
-            raise ValueError(f"fisher_norm must be one of {self.fisher_norms}, got {hp.get('fisher_norm')!r}")
-        if self.p.prior_loss not in PRIOR_LOSSES:
-            raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {hp.get('prior_loss')!r}")
-
     @property
     def anchor(self) -> str:
         return self.p.anchor
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.p.lambda_prior is REQUIRED:
+            raise ValueError(f"{type(self).__name__} needs lambda_prior (a number >= 0)")
 
     def local_weights(self, message, down):
         return message["w"]
@@ -117,7 +108,7 @@ class FedCurv(Method):
 
     def penalty(self, down, state, rnd):
         """The local penalty as a function of θ for this client and round."""
-        lam, mode = float(self.hp["lambda_prior"]), self.p.prior_loss
+        lam, mode = float(self.p.lambda_prior), self.p.prior_loss
         if self.anchor == "global":
             mu, precision = down["w"], down["omega"] / rnd
             return lambda w: prior_loss(w, mu, precision, lam, mode)
@@ -128,7 +119,7 @@ class FedCurv(Method):
 
     def client_update(self, k, down, state, data, rng, rnd):
         res = self.local_train(down["w"], data, rng, extra_loss=self.penalty(down, state, rnd))
-        fisher = offline_fisher(self.fm, res.w, data, rng, int(self.hp["batch_size"]), self.p.fisher_norm)
+        fisher = offline_fisher(self.fm, res.w, data, rng, int(self.p.batch_size), self.p.fisher_norm)
         if self.anchor == "global":
             return {"w": res.w, "F": fisher}, state, res.mean_loss
         return {"w": res.w, "F": fisher}, {"F": fisher, "Fw": fisher * res.w, "round": torch.tensor(rnd)}, res.mean_loss

@@ -16,20 +16,20 @@ from fedbayes.methods.core.base import LocalProblem, Method, prox_batchable, pro
 
 class FedDyn(Method):
     def alpha_k(self, k: int) -> float:
-        return float(self.hp["alpha"]) / (self.n_clients * float(self.weights[k]))
+        return float(self.p.alpha) / (self.n_clients * float(self.weights[k]))
 
     def init_state(self, w0):
         return {"w": w0.clone(), "lam_sum": torch.zeros_like(w0), "w_avg": w0.clone()}, \
             [{"lam": torch.zeros_like(w0)} for _ in range(self.n_clients)]
 
     def local_problem(self, k, down, state, data, rnd):
-        w_g, hp = down["w"], self.hp
+        w_g, mode = down["w"], self.p.prox_norm
 
         def grad(w, a, lam, w_g, wd):  # ∇ [a λᵀw + (a/2)‖w − w_g‖² + (wd/2)‖w‖²]
-            return a * lam + a * prox_grad(w, w_g, hp) + wd * w
+            return a * lam + a * prox_grad(w, w_g, mode) + wd * w
 
         return LocalProblem(w_g, grad, (self.alpha_k(k), state["lam"], w_g, float(self.p.weight_decay)),
-                            batchable=prox_batchable(hp))
+                            batchable=prox_batchable(mode))
 
     def local_result(self, k, problem, res, down, state, data, rnd):
         return {"w": res.w}, {**state, "lam": state["lam"] + (res.w - down["w"])}, res.mean_loss

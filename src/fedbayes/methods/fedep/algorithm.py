@@ -103,11 +103,11 @@ class FedEP(FedAvgM):
         return p * down["eta"], p * down["lam"]
 
     def damping(self) -> float:
-        d = self.hp.get("damping")
+        d = self.p.damping
         return float(d) if d is not None else 1.0 / (self.clients_per_round or self.n_clients)
 
     def tilted_precision(self, samples, mu_t, cav_lam, data, n_k, rng):
-        hp, variant = self.hp, self.p.variant
+        variant = self.p.variant
         alpha, wd, c = self.alpha_cov(), float(self.p.weight_decay), float(self.p.cov_scale)
         gen = torch.Generator(device=mu_t.device).manual_seed(int(rng.integers(2**62)))
         if variant == "I":
@@ -117,7 +117,7 @@ class FedEP(FedAvgM):
             lam_tmp = clip_mean_std(1.0 / (rho + (1 - rho) * samples.var(0, unbiased=True)))
             ref = cav_lam + alpha * n_k
             return lam_tmp * ref.norm() / lam_tmp.norm()
-        bs = min(int(hp["batch_size"]), n_k)
+        bs = min(int(self.p.batch_size), n_k)
         if variant == "L":
             total, count = torch.zeros_like(mu_t), 0
             for _ in range(int(self.p.laplace_epochs)):
@@ -156,11 +156,11 @@ class FedEP(FedAvgM):
         def tilt_grad(w):
             return (w * 2.0).mul_(lam_half).add_(eta_neg)
 
-        samples, loss = self.sgd_epochs(mu_g, data, rng, int(self.hp["local_epochs"]), extra_grad=tilt_grad)
+        samples, loss = self.sgd_epochs(mu_g, data, rng, int(self.p.local_epochs), extra_grad=tilt_grad)
         mu_t = samples.mean(0)
         lam_t = self.tilted_precision(samples, mu_t, cav_lam, data, n_k, rng)
         d_eta, d_lam = lam_t * mu_t - down["eta"], lam_t - down["lam"]
-        clip = self.hp.get("clip")
+        clip = self.p.clip
         if clip is not None:
             norm = torch.sqrt(d_eta.square().sum() + d_lam.square().sum())
             scale = min(1.0, float(clip) / max(norm.item(), 1e-30))
@@ -179,7 +179,6 @@ class FedEP(FedAvgM):
             return self.switch(self.fedavg_server(server, messages))
         g_eta = sum(m["d_eta"] for m in messages.values())
         g_lam = sum(m["d_lam"] for m in messages.values())
-        hp = self.hp
         lr = float(self.p.server_lr)
         if self.p.server_optimizer == "adagrad":  # optax: A += g²; step g/√(A + eps), 0 where A = 0
             eps = float(self.p.adagrad_eps)

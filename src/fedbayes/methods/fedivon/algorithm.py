@@ -32,7 +32,7 @@ class FedIVON(Method):
     loss_fn = staticmethod(F.cross_entropy)   # minibatch-mean loss ℓ̄ (a test swaps in a Gaussian one)
 
     def init_state(self, w0):
-        server = {"w": w0.clone(), "h": torch.full_like(w0, float(self.hp["h0"]))}
+        server = {"w": w0.clone(), "h": torch.full_like(w0, float(self.p.h0))}
         return server, [{} for _ in range(self.n_clients)]
 
     def broadcast(self, server, rnd):
@@ -40,10 +40,9 @@ class FedIVON(Method):
 
     def _client_problem(self, down, rnd) -> tuple[IVONState, dict]:
         """A sampled client's IVON problem: from the server's (m, h), momentum 0, step counter 0."""
-        hp = self.hp
-        delta, h0 = float(hp["delta"]), float(hp["h0"])
+        delta, h0 = float(self.p.delta), float(self.p.h0)
         st = IVONState(down["w"].clone(), down["h"].clone(), torch.zeros_like(down["w"]), 0)
-        return st, dict(lr=lr_schedule({**hp, "lr_scale": h0 + delta}, rnd, self.rounds), ess=float(hp["ess"]),
+        return st, dict(lr=lr_schedule(self.p, rnd, self.rounds, scale=h0 + delta), ess=float(self.p.ess),
                         delta=delta, prior_mean=0.0)
 
     def client_update(self, k, down, state, data, rng, rnd):
@@ -66,12 +65,12 @@ class FedIVON(Method):
         m = torch.stack([messages[k]["w"] for k in ks])
         w = torch.tensor(self.client_sizes[ks], dtype=m.dtype, device=m.device)
         w = w / w.sum()
-        prec = h + float(self.hp["delta"])
+        prec = h + float(self.p.delta)
         return {"w": torch.einsum("k,kp->p", w, prec * m) / torch.einsum("k,kp->p", w, prec),
                 "h": torch.einsum("k,kp->p", w, h)}
 
     def predict_logits(self, server, x, variant="", seed=0):
         if variant == "mean":
             return self.fm(server["w"], x)
-        std = (float(self.hp["ess"]) * (server["h"] + float(self.hp["delta"]))).rsqrt()
+        std = (float(self.p.ess) * (server["h"] + float(self.p.delta))).rsqrt()
         return gaussian_samples_logits(self.fm, server["w"], std, x, int(self.p.pred_samples), seed)

@@ -33,14 +33,13 @@ class FedLap(Method):
         return down["w"], down["w"]
 
     def local_problem(self, k, down, state, data, rnd):
-        start, w_g = self.start_and_center(down)
-        hp = self.hp
+        (start, w_g), mode = self.start_and_center(down), self.p.prox_norm
 
         def grad(w, coef, v, w_g):  # ∇ (δ/N_k) [vᵀw + ½‖w − w_g‖²]
-            return coef * (v + prox_grad(w, w_g, hp))
+            return coef * (v + prox_grad(w, w_g, mode))
 
-        return LocalProblem(start, grad, (float(hp["delta"]) / len(data), state["v"], w_g),
-                            batchable=prox_batchable(hp), extra={"w_g": w_g})
+        return LocalProblem(start, grad, (float(self.p.delta) / len(data), state["v"], w_g),
+                            batchable=prox_batchable(mode), extra={"w_g": w_g})
 
     def local_result(self, k, problem, res, down, state, data, rnd):
         v_new = state["v"] + self.rho(k, rnd) * (res.w - problem.extra["w_g"])

@@ -20,7 +20,7 @@ from fedbayes.methods.core.curvature import diag_ggn
 class FedLapCov(Method):
     def init_state(self, w0):
         zeros = torch.zeros_like(w0)
-        delta = float(self.hp["delta"])
+        delta = float(self.p.delta)
         server = {"w": zeros.clone(), "S": torch.full_like(w0, delta), "w0": w0.clone(),
                   "v": zeros.repeat(self.n_clients, 1), "V": zeros.repeat(self.n_clients, 1)}
         return server, [{"v": zeros.clone(), "V": zeros.clone()} for _ in range(self.n_clients)]
@@ -32,7 +32,7 @@ class FedLapCov(Method):
 
     def local_problem(self, k, down, state, data, rnd):
         if "w0" in down:
-            start, w_g, S_g = down["w0"], torch.zeros_like(down["w0"]), torch.full_like(down["w0"], float(self.hp["delta"]))
+            start, w_g, S_g = down["w0"], torch.zeros_like(down["w0"]), torch.full_like(down["w0"], float(self.p.delta))
         else:
             start, w_g, S_g = down["w"], down["w"], down["S"]
 
@@ -54,5 +54,5 @@ class FedLapCov(Method):
         v, V = server["v"].clone(), server["V"].clone()
         for k, m in messages.items():
             v[k], V[k] = m["v"], m["V"]
-        S = float(self.hp["delta"]) + V.sum(0)
+        S = float(self.p.delta) + V.sum(0)
         return {**server, "v": v, "V": V, "S": S, "w": v.sum(0) / S}

@@ -58,7 +58,7 @@ class FedLapFunc(FedLap):
 
     def client_update(self, k, down, state, data, rng, rnd):
         start, w_g = self.start_and_center(down)
-        v, delta, n_k = state["v"], float(self.hp["delta"]), len(data)
+        v, delta, n_k = state["v"], float(self.p.delta), len(data)
         state = dict(state)
         if "tau" not in state:  # round 1: pick the memory once, from this run's seeded stream
             state["mem_idx"], state["tau"] = self.choose_memory(data, rng)
@@ -101,7 +101,7 @@ class FedLapFunc(FedLap):
                 server["yhat"][server["owner"] == k] = m["yhat"]
         if not len(server["x_mem"]):
             return server
-        wbar, delta = server["w"], float(self.hp["delta"])
+        wbar, delta = server["w"], float(self.p.delta)
         w = wbar.clone().requires_grad_(True)
         opt = make_optimizer("adam", [w], float(self.p.server_lr))
         for _ in range(int(self.p.server_iters)):

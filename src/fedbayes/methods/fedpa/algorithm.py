@@ -31,7 +31,7 @@ class FedPA(FedAvgM):
     def client_update(self, k, down, state, data, rng, rnd):
         if rnd <= self.burn_in():
             return super().client_update(k, down, state, data, rng, rnd)
-        mixin, epochs = int(self.p.mixin_epochs), int(self.hp["local_epochs"])
+        mixin, epochs = int(self.p.mixin_epochs), int(self.p.local_epochs)
         samples, loss = self.sgd_epochs(down["w"], data, rng, epochs, average=True)
         samples = samples[min(mixin, epochs - 1):]
         delta = shrinkage_solve(samples, down["w"] - samples.mean(0), float(self.p.shrinkage))

@@ -12,9 +12,9 @@ from fedbayes.methods.fedavg.algorithm import FedAvg
 
 class FedProx(FedAvg):
     def client_update(self, k, down, state, data, rng, rnd):
-        w_g, alpha = down["w"], float(self.hp["alpha"])
+        w_g, alpha = down["w"], float(self.p.alpha)
         # ∇ (α/2)‖w − w_g‖² = α (w − w_g)   (prox_norm: unsquared → α (w − w_g) / (2‖w − w_g‖))
-        res = self.local_train(w_g, data, rng, extra_grad=lambda w: alpha * prox_grad(w, w_g, self.hp), state=state)
+        res = self.local_train(w_g, data, rng, extra_grad=lambda w: alpha * prox_grad(w, w_g, self.p.prox_norm), state=state)
         return {"w": res.w}, state, res.mean_loss
 
     def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
@@ -22,5 +22,5 @@ class FedProx(FedAvg):
         # unsquared one has a norm per client: one by one
         if type(self).client_update is not FedProx.client_update or self.p.prox_norm != "squared":
             return None
-        w_g, alpha = down["w"], float(self.hp["alpha"])
-        return self.train_together(w_g, datas, rngs, states, extra_grad=lambda W: alpha * prox_grad(W, w_g, self.hp))
+        w_g, alpha = down["w"], float(self.p.alpha)
+        return self.train_together(w_g, datas, rngs, states, extra_grad=lambda W: alpha * prox_grad(W, w_g, self.p.prox_norm))

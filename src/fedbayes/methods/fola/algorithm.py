@@ -34,8 +34,9 @@ import torch
 
 from fedbayes.methods.core import kernels
 from fedbayes.methods.core.base import ClientData, Method
+from fedbayes.methods.core.curvature import per_example_grads, prior_grad_fn
 from fedbayes.methods.core.local import make_optimizer, train_local
-from fedbayes.methods.core.curvature import PRIOR_LOSSES, per_example_grads, prior_grad_fn
+from fedbayes.methods.spec import REQUIRED
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
@@ -98,19 +99,10 @@ class FOLA(Method):
     Local training: ``optimizer`` (the paper: SGD), ``lr``, ``batch_size``, ``local_epochs``, ``grad_clip``.
     """
 
-    fisher_norms = ("code", "paper")
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        hp = self.hp
-        if "lambda_prior" not in hp or not float(hp["lambda_prior"]) >= 0:
-            raise ValueError(f"lambda_prior must be a number >= 0, got {hp.get('lambda_prior')!r}")
-        if not float(self.p.gamma) > 0:
-            raise ValueError(f"gamma must be > 0, got {hp.get('gamma')!r}")
-        if self.p.fisher_norm not in self.fisher_norms:
-            raise ValueError(f"fisher_norm must be one of {self.fisher_norms}, got {hp.get('fisher_norm')!r}")
-        if self.p.prior_loss not in PRIOR_LOSSES:
-            raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {hp.get('prior_loss')!r}")
+        if self.p.lambda_prior is REQUIRED:
+            raise ValueError(f"{type(self).__name__} needs lambda_prior (a number >= 0)")
 
     def local_weights(self, message, down):
         return message["w"]
@@ -122,8 +114,8 @@ class FOLA(Method):
         return {"w": server["w"], "omega": server["omega"]}
 
     def client_update(self, k, down, state, data, rng, rnd):
-        mu, omega, hp = down["w"], down["omega"], self.hp
-        lam, mode = float(hp["lambda_prior"]), self.p.prior_loss
+        mu, omega = down["w"], down["omega"]
+        lam, mode = float(self.p.lambda_prior), self.p.prior_loss
         precision = omega / rnd  # Eq. 24's ((r−1)/r) Σ_S*⁻¹ in cumulative units
         w, fisher, loss = sgd_accumulating_fisher(
             self.fm, self.p, mu, data, rng, penalty_grad=prior_grad_fn(mu, precision, lam, mode))

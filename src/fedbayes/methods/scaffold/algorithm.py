@@ -51,7 +51,7 @@ class Scaffold(Method):
 
     def local_result(self, k, problem, res, down, state, data, rnd):
         w, c, c_k = down["w"], down["c"], state["c"]
-        c_new = c_k - c + (w - res.w) / (res.steps * float(self.hp["lr"]))
+        c_new = c_k - c + (w - res.w) / (res.steps * float(self.p.lr))
         return {"dy": res.w - w, "dc": c_new - c_k}, {"c": c_new}, res.mean_loss
 
     def server_update(self, server, messages, rnd):
