@@ -1,4 +1,4 @@
-"""The FOLA paper's Table II baselines (methods/scaffold.py, fednova.py, fedbe.py) against hand-written
+"""The FOLA paper's Table II baselines (methods/scaffold/, fednova/, fedbe/) against hand-written
 updates, the engine's unlabeled hold-out for FedBE and the local accuracy (LA) of ``local_eval``."""
 
 from __future__ import annotations

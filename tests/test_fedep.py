@@ -1,4 +1,4 @@
-"""FedEP / FedSEP / FedPA / FedAvg-M (methods/fedep.py) against direct computations of spec 002 §2.
+"""FedEP / FedSEP / FedPA / FedAvg-M (methods/fedep/, fedsep/, fedpa/, fedavgm/) against direct computations of spec 002 §2.
 
 The toy-level identities (EP's first step from uniform sites is FedPA; EP converges to the exact global
 posterior of a conjugate Gaussian problem) are in tests/test_toy_gaussian2d.py.

@@ -176,3 +176,18 @@ def test_fedbayes_methods_lists_the_specs_and_one_methods_defaults(capsys):
     assert "alpha" in out and alpha.metadata["doc"] in out and "[sweepable]" in out
     with pytest.raises(SystemExit):
         cli.main(["methods", "fedmagic"])
+
+
+def test_stale_fedbayes_metadata_is_named_not_an_empty_registry(tmp_path):
+    """fedbayes' methods are its own entry points: a stale copy of its metadata first on sys.path (an
+    egg-info written before the table, carried into a copied source tree) gave an empty registry, and
+    every params.yaml key was refused as unknown. The registry names the metadata and the fix."""
+    import os
+
+    info = tmp_path / "fedbayes-0.0.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: fedbayes\nVersion: 0.0\n")
+    out = subprocess.run([sys.executable, "-c", "from fedbayes.methods import method_specs; print(len(method_specs()))"],
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
+    assert out.returncode != 0, out.stdout
+    assert "fedbayes' own methods are not registered" in out.stderr and str(info) in out.stderr, out.stderr

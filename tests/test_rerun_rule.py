@@ -86,8 +86,8 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     second) when the code has changed since its last check, and stops with one line naming the method
     and the first differing value; with the bump, the method's runs are planned instead."""
     assert planned_training(built) == set()
-    f = built / "src/fedbayes/methods/prox.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
-    old = 'w_g, alpha = down["w"], float(self.hp["alpha"])'
+    f = built / "src/fedbayes/methods/fedprox/algorithm.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
+    old = 'w_g, alpha = down["w"], float(self.p.alpha)'
     assert f.read_text().count(old) == 2   # the sequential client (a CPU's) first, then the batched one
     f.write_text(f.read_text().replace(old, old + " * (1 + 1e-3)", 1))
     out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False)

@@ -28,7 +28,9 @@ def build_method(name: str, fm, hp: dict, client_sizes, context=None) -> Method:
     m = specs[name].load()(fm, hp, client_sizes, context or RunContext())
     m.name, m.spec = name, specs[name]
     m.variants = dict(specs[name].variants)
-    m.p   # noqa: B018  (its hyperparameters, validated against its Params now, not at first use)
+    missing = m.p.missing()   # its hyperparameters, validated against its Params now, not at first use
+    if missing:
+        raise ValueError(f"{name} needs {', '.join(missing)} (no default; set it in params.yaml)")
     return m
 
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 import jsonschema
 
@@ -119,6 +119,10 @@ class Options:
     """Typed options read from a run's hyperparameter dict: each field's rule checked where it is not its
     default, the rules across fields (``problems``) too."""
 
+    # fields without a default (``REQUIRED``) that every run of the method reads: a method built without
+    # one is refused (``missing``; ``build_method``), not stopped later by a value that is not a number
+    needed: ClassVar[tuple[str, ...]] = ()
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -129,6 +133,10 @@ class Options:
         broken = self.problems()
         if broken:
             raise ValueError(f"{self._owner()}: " + "; ".join(broken))
+
+    def missing(self) -> list[str]:
+        """The ``needed`` fields that no value was given for."""
+        return [name for name in self.needed if getattr(self, name) is REQUIRED]
 
     @classmethod
     def _owner(cls) -> str:
@@ -298,7 +306,16 @@ def method_specs() -> dict[str, MethodSpec]:
     where: dict[str, str] = {}
     problems: dict[str, str] = {}
     origins: dict[str, tuple] = {}
-    eps = entry_points(group=ENTRY_POINT_GROUP)   # fedbayes' own in its table's order, then the others by name
+    eps = entry_points(group=ENTRY_POINT_GROUP)   # fedbayes' own first, then the others by name
+    if not any(_is_builtin(e) for e in eps):
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            where = f"its installed metadata ({getattr(distribution(DISTRIBUTION), '_path', '?')}) has no entry points " \
+                    f"{ENTRY_POINT_GROUP}: stale, or from an older pyproject.toml"
+        except PackageNotFoundError:
+            where = "fedbayes is not installed (its pyproject.toml's entry points are the registry)"
+        raise RuntimeError(f"fedbayes' own methods are not registered: {where}; install it: pip install -e .")
     for ep in [e for e in eps if _is_builtin(e)] + sorted((e for e in eps if not _is_builtin(e)), key=lambda e: e.name):
         builtin = _is_builtin(ep)
         source = DISTRIBUTION if builtin else f"{ep.value} (entry point {ep.name})"

@@ -36,6 +36,8 @@ class IVONParams(Hyperparameters):
 
 @hyperparameters
 class CurvatureParams(Hyperparameters):
+    needed = ("lambda_prior",)
+
     lambda_prior: float = hparam(REQUIRED, NONNEG, "λ: FOLA prior-loss weight (Eq. 16) / FedCurv penalty weight",
                                  sweep=True)
     fisher_norm: str = hparam("code", enum("code", "paper", "ggn"), "Fisher estimator (spec D2); ggn: FedCurv only")

@@ -39,7 +39,6 @@ import torch.nn.functional as F
 from fedbayes.methods.core.base import ClientData, Method, weighted_mean
 from fedbayes.methods.core.curvature import PRIOR_LOSSES, diag_ggn, evaluation_mode, per_example_grads, prior_loss
 from fedbayes.methods.core.local import minibatches
-from fedbayes.methods.spec import REQUIRED
 
 
 def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str = "code") -> torch.Tensor:
@@ -84,11 +83,6 @@ class FedCurv(Method):
     @property
     def anchor(self) -> str:
         return self.p.anchor
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.p.lambda_prior is REQUIRED:
-            raise ValueError(f"{type(self).__name__} needs lambda_prior (a number >= 0)")
 
     def local_weights(self, message, down):
         return message["w"]

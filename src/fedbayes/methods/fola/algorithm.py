@@ -36,7 +36,6 @@ from fedbayes.methods.core import kernels
 from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.curvature import per_example_grads, prior_grad_fn
 from fedbayes.methods.core.local import make_optimizer, train_local
-from fedbayes.methods.spec import REQUIRED
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
@@ -98,11 +97,6 @@ class FOLA(Method):
                    authors' released code (spec D3).
     Local training: ``optimizer`` (the paper: SGD), ``lr``, ``batch_size``, ``local_epochs``, ``grad_clip``.
     """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.p.lambda_prior is REQUIRED:
-            raise ValueError(f"{type(self).__name__} needs lambda_prior (a number >= 0)")
 
     def local_weights(self, message, down):
         return message["w"]
