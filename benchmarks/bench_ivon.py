@@ -1,8 +1,8 @@
 """IVON's local step against Adam's, and against IVON as of another git revision, interleaved in one process.
 
 One BayesADMM client (the experiment's first client, its hyperparameters: λ = N_k/(ρτ), a vector prior
-precision and mean, Lagrange vectors) trains one local epoch per timing with ``methods/ivon.py`` as it
-is, with ``methods/ivon.py`` of ``--baseline-rev`` (loaded from git), and FedAvg's Adam
+precision and mean, Lagrange vectors) trains one local epoch per timing with ``methods/core/ivon.py`` as it
+is, with ``methods/core/ivon.py`` of ``--baseline-rev`` (loaded from git), and FedAvg's Adam
 (``Method.local_train``) on the same minibatches. The variants take turns, so a busy machine slows
 them alike; medians per step and their ratios are printed, and the two IVON versions' iterates are
 checked to be the same bit for bit.
@@ -27,8 +27,11 @@ import torch
 
 
 def load_revision(rev: str) -> types.ModuleType:
-    src = subprocess.run(["git", "show", f"{rev}:src/fedbayes/methods/ivon.py"], capture_output=True, text=True,
-                         check=True).stdout
+    show = [subprocess.run(["git", "show", f"{rev}:src/fedbayes/methods/{path}"], capture_output=True, text=True)
+            for path in ("core/ivon.py", "ivon.py")]   # methods/ivon.py before the per-method packages
+    src = next((r.stdout for r in show if r.returncode == 0), None)
+    if src is None:
+        raise SystemExit(f"no methods/core/ivon.py or methods/ivon.py at {rev}")
     mod = types.ModuleType(f"ivon_baseline_{abs(hash(rev))}")
     sys.modules[mod.__name__] = mod          # dataclasses look their module up
     exec(compile(src, f"{rev}:ivon.py", "exec"), mod.__dict__)
@@ -50,8 +53,9 @@ def main():
 
     from fedbayes.config import load_params, run_config, sweep_points
     from fedbayes.engine import pick_device
-    from fedbayes.methods import ClientData, build_method
-    from fedbayes.methods import ivon as ivon_now
+    from fedbayes.methods import build_method
+    from fedbayes.methods.core.base import ClientData
+    from fedbayes.methods.core import ivon as ivon_now
     from fedbayes.models import FlatModel, build_model
 
     p = load_params(args.params, scale="paper")

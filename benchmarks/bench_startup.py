@@ -21,7 +21,7 @@ import time
 
 SNIPPETS = {
     "torch.optim.Adam(fused=True)": "opt = torch.optim.Adam([w], lr=1e-3, fused=True)",
-    "fedbayes FlatAdam": "from fedbayes.methods.local import FlatAdam\nopt = FlatAdam(w, 1e-3)",
+    "fedbayes FlatAdam": "from fedbayes.methods.core.local import FlatAdam\nopt = FlatAdam(w, 1e-3)",
 }
 TEMPLATE = """
 import time, torch

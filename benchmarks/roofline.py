@@ -127,8 +127,8 @@ def instrument(meter: Meter, macs_per_row: int, n_classes: int):
     """Patch the engine's model class, the method's entry points and the known extra passes with meters.
     Returns a function that undoes it."""
     from fedbayes.engine import loop
-    from fedbayes.methods import fedlap
-    from fedbayes.methods.local import local_steps
+    from fedbayes.methods.fedlap_cov import algorithm as fedlap
+    from fedbayes.methods.core.local import local_steps
     from fedbayes.models import FlatModel
 
     class CountingFlatModel(FlatModel):
@@ -285,9 +285,9 @@ def measure(p: dict, name: str, experiment: str, method: str, changes: dict, arg
 
 
 def _is_sampled(method: str, variant: str) -> bool:
-    from fedbayes.methods import METHODS
+    from fedbayes.methods import method_specs
 
-    return METHODS[method].variants.get(variant) == "samples"
+    return method_specs()[method].variants.get(variant) == "samples"
 
 
 def cpu_name() -> str:

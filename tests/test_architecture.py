@@ -8,6 +8,7 @@ import ast
 import io
 import re
 import tokenize
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ LAZY_TORCH = {
     ("fedbayes.cli", "fedbayes.engine.loop"),            # fedbayes train
     ("fedbayes.engine.replay", "fedbayes.engine.data"),  # replay_run; numerics_check runs in the DAG's planning
     ("fedbayes.engine.replay", "fedbayes.engine.loop"),  # replay_run, golden_history
-    ("fedbayes.toys.bayesadmm_toys", "fedbayes.methods.ivon"),  # the IVON-based solver of Fig. 3a only
+    ("fedbayes.toys.bayesadmm_toys", "fedbayes.methods.core.ivon"),  # the IVON-based solver of Fig. 3a only
     ("fedbayes.cli", "fedbayes.eval.evaluate"),          # fedbayes evaluate (scipy, scikit-learn)
     ("fedbayes.cli", "fedbayes.reports.tables"),         # fedbayes table (matplotlib, pandas)
     ("fedbayes.cli", "fedbayes.reports.scorecard"),      # fedbayes table / scorecard (pandas)
@@ -64,18 +65,7 @@ LAZY_TORCH = {
 # catalog → methods.spec → config → catalog (config validates hyperparameters against the specs, the specs
 # read config's rules), and break the lazy-import rule in methods/. Visible here until that change lands;
 # the test fails on any edge below that no longer exists, so the list only shrinks.
-PENDING = {
-    ("fedbayes.methods.spec", "fedbayes.config"),        # cycle catalog → methods.spec → config → catalog
-    ("fedbayes.config", "fedbayes.catalog"),             # the same cycle (lazy: config's validation)
-    ("fedbayes.config", "fedbayes.methods.spec"),        # the same cycle (lazy: config's validation)
-    ("fedbayes.methods.spec", "fedbayes.methods.base"),  # cycle catalog → methods.spec → methods.base → catalog
-    ("fedbayes.methods.spec", "fedbayes.methods.builtin"),  # cycle methods.spec ↔ methods.builtin (lazy)
-    ("fedbayes.methods.base", "fedbayes.methods.spec"),  # lazy, torch-free
-    ("fedbayes.methods.base", "fedbayes.methods.ivon"),  # lazy; base already imports torch
-    ("fedbayes.methods", "fedbayes.catalog"),            # lazy, torch-free
-    ("fedbayes.methods.fedbe", "fedbayes.engine"),       # lazy, a layer up (``from fedbayes.engine import seeds``)
-    ("fedbayes.methods.fedbe", "fedbayes.engine.seeds"),  # lazy, torch-free
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def _resolve(name: str, modules: set[str]) -> str:
@@ -288,11 +278,11 @@ FACTORIES = {"tensor", "zeros", "ones", "full", "empty", "arange", "eye", "linsp
              "randint", "as_tensor"}
 # (file, the call's source) that are on the CPU on purpose: bookkeeping scalars of a client's state (read as
 # Python ints), sums brought back to the host
-HOST_SIDE = {("methods/bayesadmm.py", "torch.zeros((), dtype=torch.long)"),
-             ("methods/bayesadmm.py", "torch.tensor(st.t)"),
-             ("methods/fedcurv.py", "torch.zeros((), dtype=torch.long)"),
-             ("methods/fedcurv.py", "torch.tensor(rnd)"),
-             ("methods/local.py", "torch.tensor(steps, dtype=torch.float64)")}
+HOST_SIDE = {("methods/bayesadmm/algorithm.py", "torch.zeros((), dtype=torch.long)"),
+             ("methods/bayesadmm/algorithm.py", "torch.tensor(st.t)"),
+             ("methods/fedcurv/algorithm.py", "torch.zeros((), dtype=torch.long)"),
+             ("methods/fedcurv/algorithm.py", "torch.tensor(rnd)"),
+             ("methods/core/local.py", "torch.tensor(steps, dtype=torch.float64)")}
 
 
 def device_less_factories(path: Path) -> list[tuple[int, str]]:
@@ -313,7 +303,7 @@ def device_less_factories(path: Path) -> list[tuple[int, str]]:
 def test_tensor_factories_in_methods_and_engine_name_their_device():
     found = []
     for folder in ("methods", "engine", "eval"):
-        for path in sorted((SRC / folder).glob("*.py")):
+        for path in sorted((SRC / folder).rglob("*.py")):
             rel = str(path.relative_to(SRC))
             found += [f"{rel}:{line}: {call}" for line, call in device_less_factories(path)
                       if (rel, call) not in HOST_SIDE]
@@ -327,7 +317,7 @@ def test_device_check_catches_a_planted_call(tmp_path):
     assert [line for line, _ in device_less_factories(planted)] == [2]
 
 
-# A hyperparameter's default is written once, in its method's spec (``fedbayes.methods.builtin``): the
+# A hyperparameter's default is written once, in its method's spec (``fedbayes.methods.<key>``): the
 # implementation reads ``self.p.<name>`` (typed, that default applied), never ``hp.get(name, <a default of its
 # own>)`` — the issue counted 79 such copies, with server_lr defaulting to 1e-3, 1.0 or 0.5 by where it was read.
 INLINE_DEFAULT = re.compile(r"""hp\.get\(\s*["']([a-z_0-9]+)["']\s*,\s*(?!\s|HPARAM_DEFAULTS|Hyperparameters\.field)""")
@@ -340,7 +330,7 @@ def inline_defaults(path: Path) -> list[str]:
 
 
 def test_methods_write_no_hyperparameter_default_of_their_own():
-    found = [hit for path in sorted((SRC / "methods").glob("*.py")) for hit in inline_defaults(path)]
+    found = [hit for path in sorted((SRC / "methods").rglob("*.py")) for hit in inline_defaults(path)]
     assert not found, "defaults written beside the spec's:\n" + "\n".join(found)
 
 
@@ -348,3 +338,108 @@ def test_inline_default_check_catches_a_planted_one(tmp_path):
     planted = tmp_path / "m.py"
     planted.write_text('a = self.hp.get("server_lr", 1.0)\nb = hp.get("prox_norm", HPARAM_DEFAULTS["prox_norm"])\n')
     assert len(inline_defaults(planted)) == 1
+
+
+# A built-in method is written exactly like a plug-in: a package fedbayes/methods/<key>/ (its spec in
+# __init__, its math in algorithm.py) named in pyproject.toml's entry-point table, which is the registry.
+
+
+def entry_point_table() -> dict[str, str]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["fedbayes.methods"]
+
+
+def spec_constructions(path: Path) -> list[int]:
+    """Lines of ``MethodSpec(...)`` calls in a module."""
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "MethodSpec"]
+
+
+def test_every_method_package_is_registered_in_the_entry_point_table_and_nowhere_else():
+    from fedbayes.methods.spec import method_specs, plugin_origin
+
+    table = entry_point_table()
+    packages = {p.parent.name for p in (SRC / "methods").glob("*/__init__.py")} - {"core"}
+    named = {value.partition(":")[0] for value in table.values()}
+    assert named == {f"fedbayes.methods.{p}" for p in packages}, \
+        f"packages under methods/ and the entry-point table differ: {sorted(named ^ {f'fedbayes.methods.{p}' for p in packages})}"
+    builtin = {k for k in method_specs() if plugin_origin(k) is None}
+    assert builtin == set(table), (f"fedbayes' methods are not its entry-point table's (reinstall after editing "
+                                   f"pyproject.toml: pip install -e .): {sorted(builtin ^ set(table))}")
+    assert all(method_specs()[k].key == k for k in table)
+    made = [f"{path.relative_to(SRC)}:{line}" for path in sorted(SRC.rglob("*.py")) for line in spec_constructions(path)
+            if not (path.name == "__init__.py" and path.parent.parent == SRC / "methods" and path.parent.name != "core")
+            and path != SRC / "methods" / "spec.py"]
+    assert not made, "a MethodSpec made outside a method's package:\n" + "\n".join(made)
+
+
+def test_registration_check_catches_a_spec_made_elsewhere(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("from fedbayes.methods import spec\nS = [spec.MethodSpec(key='x', implementation='a:B')]\n")
+    assert spec_constructions(planted) == [2]
+
+
+# One typed path: a method reads its hyperparameters as ``self.p.<name>`` (its spec's Params: the one
+# default, validated), the engine its options as ``EngineOptions``; neither reads the run's raw dict.
+RAW_DICTS = {"hp", "hparams"}
+RAW_READ_ALLOWED = {("methods/core/base.py", "__init__")}   # with_fixed: the dict given, checked against the spec's fixed values
+
+
+def _is_raw_dict(node: ast.AST) -> bool:
+    """``hp``, ``self.hp``, ``x["hparams"]``, ``x.get("hparams", …)``."""
+    if isinstance(node, ast.Name):
+        return node.id in RAW_DICTS
+    if isinstance(node, ast.Attribute):
+        return node.attr in RAW_DICTS
+    key = node.slice if isinstance(node, ast.Subscript) else \
+        node.args[0] if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args else None
+    return isinstance(key, ast.Constant) and key.value in RAW_DICTS
+
+
+def raw_hparam_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, enclosing function) of each read of one value out of a raw hyperparameter dict:
+    ``hp["lr"]``, ``self.hp.get("clip")``, ``cfg["hparams"]["mc_every"]``."""
+    out = []
+
+    def visit(node: ast.AST, func: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            func = node.name
+        if isinstance(node, ast.Subscript) and _is_raw_dict(node.value) and not isinstance(node.ctx, ast.Store):
+            out.append((node.lineno, func))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and _is_raw_dict(node.func.value):
+            out.append((node.lineno, func))
+        for child in ast.iter_child_nodes(node):
+            visit(child, func)
+
+    visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_methods_and_engine_read_no_raw_hyperparameter():
+    found = []
+    for path in sorted([*(SRC / "methods").rglob("*.py"), *(SRC / "engine").rglob("*.py")]):
+        rel = str(path.relative_to(SRC))
+        found += [f"{rel}:{line} (in {func or 'the module'})" for line, func in raw_hparam_reads(path)
+                  if (rel, func) not in RAW_READ_ALLOWED]
+    assert not found, "raw hyperparameter reads (read self.p.<name>, or EngineOptions in the engine):\n" + "\n".join(found)
+
+
+def test_raw_hyperparameter_check_catches_planted_reads(tmp_path):
+    planted = tmp_path / "m.py"
+    planted.write_text("def f(self, hp, cfg):\n    a = self.hp['lr']\n    b = hp.get('clip')\n"
+                       "    c = cfg['hparams']['mc_every']\n    d = cfg.get('hparams', {}).get('client_stream')\n"
+                       "    e = self.p.lr\n    g = cfg['hparams']\n")
+    assert raw_hparam_reads(planted) == [(2, "f"), (3, "f"), (4, "f"), (5, "f")]
+
+
+def test_methods_read_no_engine_option():
+    """An engine option (``EngineOptions``) is the engine's: a method's algorithm never reads it."""
+    import dataclasses
+
+    from fedbayes.methods.spec import EngineOptions
+
+    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    found = [f"{path.relative_to(SRC)}:{node.lineno}: p.{node.attr}"
+             for path in sorted((SRC / "methods").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr in names and getattr(node.value, "attr", getattr(node.value, "id", "")) == "p"]
+    assert not found, "\n".join(found)

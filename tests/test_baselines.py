@@ -1,4 +1,4 @@
-"""The FOLA paper's Table II baselines (methods/scaffold.py, fednova.py, fedbe.py) against hand-written
+"""The FOLA paper's Table II baselines (methods/scaffold/, fednova/, fedbe/) against hand-written
 updates, the engine's unlabeled hold-out for FedBE and the local accuracy (LA) of ``local_eval``."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
 from fedbayes.engine.loop import hold_out
-from fedbayes.methods import ClientData, build_method
-from fedbayes.methods.base import RunContext
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.base import RunContext
 from fedbayes.models import FlatModel, build_model
 
 SGD = {"optimizer": "sgd", "lr": 0.1, "local_epochs": 3}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedbayes.engine import run_federated
-from fedbayes.methods.local import minibatch_plan, minibatches
+from fedbayes.methods.core.local import minibatch_plan, minibatches
 
 CPU = torch.device("cpu")
 
@@ -136,8 +136,9 @@ def test_ivon_methods_batch_to_the_sequential_numbers(name, extra, tmp_path, syn
 def test_ivon_batched_step_is_the_sequential_step_on_one_client():
     """One client, equal data: ``ivon_train_batched`` is ``ivon_train`` (the same noise, rows, rates), so
     the states agree to round-off of the vmapped product alone (max |Δm| printed by the benchmark)."""
-    from fedbayes.methods import ClientData
-    from fedbayes.methods.ivon import IVONState, ivon_train, ivon_train_batched, lr_schedule
+    from fedbayes.methods.core.base import ClientData
+    from fedbayes.methods.core.ivon import IVONState, ivon_train, ivon_train_batched, lr_schedule
+    from fedbayes.methods.spec import Hyperparameters
     from fedbayes.models import FlatModel, build_model
 
     torch.manual_seed(0)
@@ -145,7 +146,7 @@ def test_ivon_batched_step_is_the_sequential_step_on_one_client():
     x, y = torch.randn(40, 1, 8, 8), torch.randint(0, 3, (40,))
     data = ClientData(x, y)
     w0 = torch.randn(fm.n_params) * 0.1
-    hp = {"lr": 0.05, "lr_final": 0.01, "lr_schedule": "linear_local"}
+    hp = Hyperparameters(lr=0.05, lr_final=0.01, lr_schedule="linear_local")
     common = dict(epochs=2, batch_size=16, beta1=0.9, beta2=0.999)
     torch.manual_seed(123)
     seq, loss_s, n_s = ivon_train(fm, IVONState.start(w0, 0.5), data, np.random.default_rng(5),
@@ -221,7 +222,7 @@ def test_sgd_with_clipping_batches_to_the_sequential_numbers(name, extra, tmp_pa
 
 def test_clip_rows_is_clip_grad_row_by_row():
     """``clip_rows_`` = ``clip_grad_`` on each row: rows over the bound scaled, rows under it unchanged."""
-    from fedbayes.methods.local import clip_grad_, clip_rows_
+    from fedbayes.methods.core.local import clip_grad_, clip_rows_
 
     G = torch.randn(5, 300) * torch.tensor([0.01, 0.1, 1.0, 10.0, 100.0])[:, None]
     rows = [g.clone() for g in G]

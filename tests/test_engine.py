@@ -10,7 +10,8 @@ import torch
 from fedbayes.config import config_hash
 from fedbayes.engine import preprocess, run_federated
 from fedbayes.engine.loop import CHECKPOINT
-from fedbayes.methods import ClientData, build_method
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
 from fedbayes.models import FlatModel, build_model
 
 METRIC_COLS = ["test/acc", "test/nll", "test/ece", "test/brier", "ood/auroc_entropy", "train/loss"]
@@ -248,7 +249,7 @@ def test_sampled_predictive_only_at_the_last_round_when_mc_window_is_off(tmp_pat
 def test_flat_optimisers_match_torch_optim_bit_for_bit(name, momentum):
     """FlatAdam / FlatSGD against torch.optim.Adam(fused=True) / torch.optim.SGD: identical iterates
     (torch.equal) over 25 steps with a changing learning rate, so runs made with either agree exactly."""
-    from fedbayes.methods.local import FlatSGD, make_optimizer
+    from fedbayes.methods.core.local import FlatSGD, make_optimizer
 
     gen = torch.Generator().manual_seed(0)
     target = torch.randn(1000, generator=gen)
@@ -276,7 +277,7 @@ def test_persistent_client_adam_equals_one_torch_adam_per_client(tmp_path, synth
     from dataclasses import replace
 
     from fedbayes.engine import seeds
-    from fedbayes.methods.base import weighted_mean
+    from fedbayes.methods.core.base import weighted_mean
 
     data = replace(synthetic_run_data, parts=synthetic_run_data.parts[:2])
     rounds, seed, lr, bs = 3, 3, 0.003, 32
@@ -316,7 +317,7 @@ def test_client_rows_by_label_aligns_the_replayed_clients_label_mix(tmp_path, sy
     """``client_rows: by_label`` groups each client's rows by class (stably); with ``client_stream:
     replay`` every client's minibatch t then holds the labels at the same sorted positions (the
     BayesADMM authors' iid layout). The default keeps the partition's order."""
-    from fedbayes.methods import fedavg as fedavg_mod
+    from fedbayes.methods.fedavg import algorithm as fedavg_mod
 
     seen = {}
     real = fedavg_mod.FedAvg.client_update
@@ -361,7 +362,7 @@ def test_run_json_records_training_start_and_end_and_a_resumed_run_keeps_its_sta
 def test_clip_grad_is_clip_grad_norm_bit_for_bit(scale):
     """The local loops' ``clip_grad_`` skips clip_grad_norm_'s multiplication by a coefficient of exactly
     1: the same gradient bits whether the norm is within the bound or not (NaN and inf included)."""
-    from fedbayes.methods.local import clip_grad_
+    from fedbayes.methods.core.local import clip_grad_
 
     g = torch.randn(10_000, generator=torch.Generator().manual_seed(0)) * scale
     g[3] = scale

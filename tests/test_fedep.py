@@ -1,4 +1,4 @@
-"""FedEP / FedSEP / FedPA / FedAvg-M (methods/fedep.py) against direct computations of spec 002 §2.
+"""FedEP / FedSEP / FedPA / FedAvg-M (methods/fedep/, fedsep/, fedpa/, fedavgm/) against direct computations of spec 002 §2.
 
 The toy-level identities (EP's first step from uniform sites is FedPA; EP converges to the exact global
 posterior of a conjugate Gaussian problem) are in tests/test_toy_gaussian2d.py.
@@ -12,9 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
-from fedbayes.methods import ClientData, build_method
-from fedbayes.methods.base import RunContext
-from fedbayes.methods.fedep import clip_mean_std, sampled_fisher, shrinkage_solve
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.base import RunContext
+from fedbayes.methods.fedep.algorithm import clip_mean_std, sampled_fisher
+from fedbayes.methods.fedpa.algorithm import shrinkage_solve
 from fedbayes.models import FlatModel, build_model
 
 torch.set_default_dtype(torch.float32)

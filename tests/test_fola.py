@@ -6,10 +6,11 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
-from fedbayes.methods import ClientData, build_method
-from fedbayes.methods.fedcurv import offline_fisher
-from fedbayes.methods.curvature import prior_grad, prior_loss
-from fedbayes.methods.fola import product_aggregate
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.fedcurv.algorithm import offline_fisher
+from fedbayes.methods.core.curvature import prior_grad, prior_loss
+from fedbayes.methods.fola.algorithm import product_aggregate
 from fedbayes.models import FlatModel, build_model
 
 
@@ -172,7 +173,7 @@ def test_precision_bookkeeping_is_r_times_the_running_average():
         fishers[len(fishers)] = f
         return w_start + f, f, 0.0
 
-    import fedbayes.methods.fola as fola_mod
+    import fedbayes.methods.fola.algorithm as fola_mod
     original, fola_mod.sgd_accumulating_fisher = fola_mod.sgd_accumulating_fisher, scripted
     try:
         server, states = m.init_state(fm.flat_params())

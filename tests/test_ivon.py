@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbayes.methods.base import ClientData
-from fedbayes.methods.ivon import IVONState, gaussian_samples_logits, ivon_step, ivon_train, lr_schedule
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.ivon import IVONState, gaussian_samples_logits, ivon_step, ivon_train, lr_schedule
+from fedbayes.methods.spec import Hyperparameters
 from fedbayes.models import FlatModel
 
 ivon = pytest.importorskip("ivon")
@@ -130,15 +131,15 @@ def test_ivon_finds_the_gaussian_posterior_of_a_quadratic():
 
 
 def test_lr_schedules():
-    hp = {"lr": 0.1, "lr_final": 0.01, "lr_schedule": "linear_local", "lr_scale": 2.0}
-    f = lr_schedule(hp, 1, 10)
+    hp = Hyperparameters(lr=0.1, lr_final=0.01, lr_schedule="linear_local")
+    f = lr_schedule(hp, 1, 10, scale=2.0)
     assert f(0, 6) == pytest.approx(0.2) and f(3, 6) == pytest.approx(2 * 0.055)
-    c = {"lr": 1.0, "lr_schedule": "cosine_rounds"}
+    c = Hyperparameters(lr=1.0, lr_schedule="cosine_rounds")
     assert lr_schedule(c, 1, 50)(5, 9) == pytest.approx(1.0)
     assert lr_schedule(c, 26, 50)(0, 9) == pytest.approx(0.5)
-    assert lr_schedule({"lr": 0.3}, 7, 50)(0, 1) == 0.3
+    assert lr_schedule(Hyperparameters(lr=0.3), 7, 50)(0, 1) == 0.3
     with pytest.raises(ValueError, match="lr_schedule"):
-        lr_schedule({"lr": 1, "lr_schedule": "step"}, 1, 2)
+        lr_schedule(Hyperparameters(lr=1, lr_schedule="step"), 1, 2)
 
 
 def test_gaussian_samples_are_the_same_networks_for_every_chunk():
@@ -221,7 +222,7 @@ def test_compiled_ivon_step_is_the_eager_step_bit_for_bit(with_duals, clip, vect
     """From COMPILE_MIN_PARAMS parameters up IVON steps with a compiled kernel of ``_ivon_step_`` (on the
     CPU ``kernels.cpp``'s loop; without it, as on a GPU, torch.compile's): the state it leaves (m, h, g,
     h + δ, t) equals the eager step's bit for bit, over several steps."""
-    from fedbayes.methods import ivon, kernels
+    from fedbayes.methods.core import ivon, kernels
 
     if not cpu_kernels:
         monkeypatch.setattr(kernels, "_kernel", False)

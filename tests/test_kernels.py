@@ -1,4 +1,4 @@
-"""The compiled CPU kernels (fedbayes/methods/kernels.cpp) against the eager code they replace, bit for
+"""The compiled CPU kernels (fedbayes/methods/core/kernels.cpp) against the eager code they replace, bit for
 bit: torch.randn (values and the generator's state after), IVON's sampling step and IVON's update."""
 
 import itertools
@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from fedbayes.methods import ivon, kernels
+from fedbayes.methods.core import ivon, kernels
 
 N = kernels.MIN_NUMEL + 37          # not a multiple of 16: normal_fill's redrawn tail
 
@@ -135,7 +135,7 @@ def test_folas_fisher_sum_and_prior_gradient_are_the_eager_ops(kernel):
 def test_ivon_refuses_a_gradient_changed_before_its_step():
     """IVON forms ĝ∘(θ − m) at its step from the gradient its gradient() returned: a gradient changed in
     between (a clipping hook) is an error, not a silently different update."""
-    from fedbayes.methods.ivon import IVON, IVONState
+    from fedbayes.methods.core.ivon import IVON, IVONState
 
     w = torch.zeros(64)
     opt = IVON(IVONState.start(w, 0.1), lr=lambda i, n: 0.1, ess=100.0, delta=1e-3)

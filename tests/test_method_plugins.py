@@ -131,7 +131,7 @@ def test_a_method_registered_twice_or_misnamed_breaks_only_what_uses_it(tmp_path
     (other / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg = fedbayes_example_method:SPEC\n"
                                             "broken = no_such_module:SPEC\n")
     out = python("import fedbayes.catalog as c; print(c.METHOD_SPECS['fedavg'].implementation)", env, repo)
-    assert out.returncode == 0 and out.stdout.strip() == "fedbayes.methods.fedavg:FedAvg", out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == "fedbayes.methods.fedavg.algorithm:FedAvg", out.stderr
     assert f"its spec's key is '{KEY}'" in out.stderr and "no_such_module" in out.stderr, out.stderr
 
 
@@ -199,7 +199,7 @@ def test_a_method_whose_implementation_cannot_be_imported_is_refused_at_validati
     pkg = tmp_path / "pkg" / "broken_impl"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        "from fedbayes.methods.builtin import FedAvgParams\n"
+        "from fedbayes.methods.fedavg import Params as FedAvgParams\n"
         "from fedbayes.methods.spec import MethodSpec\n"
         "SPEC = MethodSpec(key='fedavg_broken', implementation='broken_impl.algorithm:Algo', params=FedAvgParams)\n")
     (pkg / "algorithm.py").write_text("import no_such_dependency  # not installed\n")

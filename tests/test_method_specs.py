@@ -1,4 +1,4 @@
-"""The method specs (fedbayes.methods.spec, fedbayes.methods.builtin) are the one place a method is
+"""The method specs (fedbayes.methods.spec; each method's package, fedbayes.methods.<key>) are the one place a method is
 declared. What used to be written by hand beside them (catalog.METHOD_VARIANTS, METHOD_NUMERICS,
 HPARAM_DEFAULTS, the params schema's hyperparameter rules and sweepable keys) is now derived from them,
 and must be what it was when it was hand-kept (pinned below, as of the commit that derived it): the
@@ -31,7 +31,7 @@ HPARAM_RULES = {
     'batch_size': {"$ref": "#/$defs/posint"}, 'local_epochs': {"$ref": "#/$defs/posint"},
     'grad_clip': {"type": ["number", "null"], "exclusiveMinimum": 0}, 'alpha': {"type": "number", "minimum": 0},
     'weight_decay': {"type": "number", "minimum": 0}, 'delta': {"$ref": "#/$defs/posnum"},
-    'rho': {"anyOf": [{"enum": ["data", "uniform"]}, {"$ref": "#/$defs/posnum"}]},
+    'rho': {"anyOf": [{"$ref": "#/$defs/posnum"}, {"enum": ["data", "uniform"]}]},   # alternatives sorted
     'rho_switch_round': {"$ref": "#/$defs/posint"}, 'tau': {"type": "number", "minimum": 0},
     'memory_per_class': {"type": "integer", "minimum": 0}, 'server_iters': {"type": "integer", "minimum": 0},
     'server_lr': {"$ref": "#/$defs/posnum"}, 'dual_damping': {"$ref": "#/$defs/posnum"},
@@ -70,7 +70,8 @@ SWEEPABLE = ['optimizer', 'lr', 'batch_size', 'local_epochs', 'grad_clip', 'alph
 def test_derived_catalogue_is_what_was_hand_kept():
     from fedbayes import catalog
 
-    assert catalog.METHOD_VARIANTS == METHOD_VARIANTS and list(catalog.METHOD_VARIANTS) == list(METHOD_VARIANTS)
+    # the registry lists fedbayes' methods by key (installed entry points are sorted)
+    assert catalog.METHOD_VARIANTS == METHOD_VARIANTS and list(catalog.METHOD_VARIANTS) == sorted(METHOD_VARIANTS)
     assert catalog.METHOD_NUMERICS == METHOD_NUMERICS
     assert catalog.HPARAM_DEFAULTS == HPARAM_DEFAULTS
 
@@ -103,7 +104,7 @@ def test_methods_package_and_specs_import_no_torch():
 def test_each_spec_names_its_implementation_and_needs(key):
     """The class loads and is a Method; it returns local models exactly when it declares that need."""
     from fedbayes.catalog import METHOD_SPECS
-    from fedbayes.methods.base import Method
+    from fedbayes.methods.core.base import Method
 
     spec = METHOD_SPECS[key]
     cls = spec.load()
@@ -114,7 +115,7 @@ def test_each_spec_names_its_implementation_and_needs(key):
 def test_hyperparameter_defaults_obey_their_rules():
     """A default is REQUIRED, None (off) or a value its own rule accepts."""
     from fedbayes.catalog import METHOD_SPECS
-    from fedbayes.config import check_value
+    from fedbayes.methods.spec import check_value
 
     for spec in METHOD_SPECS.values():
         for f in dataclasses.fields(spec.params):
@@ -175,3 +176,18 @@ def test_fedbayes_methods_lists_the_specs_and_one_methods_defaults(capsys):
     assert "alpha" in out and alpha.metadata["doc"] in out and "[sweepable]" in out
     with pytest.raises(SystemExit):
         cli.main(["methods", "fedmagic"])
+
+
+def test_stale_fedbayes_metadata_is_named_not_an_empty_registry(tmp_path):
+    """fedbayes' methods are its own entry points: a stale copy of its metadata first on sys.path (an
+    egg-info written before the table, carried into a copied source tree) gave an empty registry, and
+    every params.yaml key was refused as unknown. The registry names the metadata and the fix."""
+    import os
+
+    info = tmp_path / "fedbayes-0.0.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: fedbayes\nVersion: 0.0\n")
+    out = subprocess.run([sys.executable, "-c", "from fedbayes.methods import method_specs; print(len(method_specs()))"],
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
+    assert out.returncode != 0, out.stdout
+    assert "fedbayes' own methods are not registered" in out.stderr and str(info) in out.stderr, out.stderr

@@ -5,11 +5,12 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-import fedbayes.methods.fedlap as fedlap_mod
+import fedbayes.methods.fedlap_cov.algorithm as fedlap_mod
 from fedbayes.engine import run_federated
-from fedbayes.methods import ClientData, build_method
-from fedbayes.methods.base import LocalResult
-from fedbayes.methods.curvature import diag_ggn, diag_ggn_vjp
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.methods.core.base import LocalResult
+from fedbayes.methods.core.curvature import diag_ggn, diag_ggn_vjp
 from fedbayes.models import FlatModel, build_model
 
 @pytest.fixture(autouse=True)
@@ -315,17 +316,17 @@ def test_feddyn_without_weight_decay_converges_to_the_mle():
 @pytest.mark.parametrize("mode", ["squared", "unsquared"])
 def test_prox_grad_is_the_gradient_of_the_proximal_term(mode):
     """``prox_norm``: ½‖w − w_g‖² (papers) or ½‖w − w_g‖ (the authors' baselines), against autograd."""
-    from fedbayes.methods.base import prox_grad
+    from fedbayes.methods.core.base import prox_grad
 
     g = torch.Generator().manual_seed(0)
     w, w_g = torch.randn(50, generator=g, dtype=torch.float64), torch.randn(50, generator=g, dtype=torch.float64)
     x = w.clone().requires_grad_(True)
     d = torch.linalg.vector_norm(x - w_g)
     (0.5 * d ** 2 if mode == "squared" else 0.5 * d).backward()
-    torch.testing.assert_close(prox_grad(w, w_g, {"prox_norm": mode}), x.grad)
-    assert torch.equal(prox_grad(w_g, w_g, {"prox_norm": "unsquared"}), torch.zeros_like(w))  # torch.norm's 0 at 0
+    torch.testing.assert_close(prox_grad(w, w_g, mode), x.grad)
+    assert torch.equal(prox_grad(w_g, w_g, "unsquared"), torch.zeros_like(w))  # torch.norm's 0 at 0
     with pytest.raises(ValueError, match="prox_norm"):
-        prox_grad(w, w_g, {"prox_norm": "cubed"})
+        prox_grad(w, w_g, "cubed")
 
 
 def test_diag_ggn_on_a_model_with_dropout_is_the_eval_mode_curvature():
@@ -348,10 +349,10 @@ def test_every_curvature_and_per_example_pass_runs_on_a_model_with_dropout():
     round, as FedLap-Cov's GGN did on CIFAR-10. Curvature passes (FedEP's sampled Fisher, FedCurv's
     offline Fisher) take the predictive model (dropout off: the same values as in evaluation mode);
     FOLA's per-example gradients are part of its training step and draw one dropout mask per example."""
-    from fedbayes.methods.base import ClientData
-    from fedbayes.methods.curvature import per_example_grads
-    from fedbayes.methods.fedcurv import offline_fisher
-    from fedbayes.methods.fedep import sampled_fisher
+    from fedbayes.methods.core.base import ClientData
+    from fedbayes.methods.core.curvature import per_example_grads
+    from fedbayes.methods.fedcurv.algorithm import offline_fisher
+    from fedbayes.methods.fedep.algorithm import sampled_fisher
 
     torch.manual_seed(0)
     fm = FlatModel(build_model("cnn_dropout", (28, 28), 62))

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedbayes.methods.curvature import diag_ggn, diag_ggn_vjp
+from fedbayes.methods.core.curvature import diag_ggn, diag_ggn_vjp
 from fedbayes.models import FlatModel, build_model
 
 

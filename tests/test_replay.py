@@ -9,7 +9,7 @@ Two checks, both bit for bit:
 - one committed paper-scale run per method (``REPLAYED``): its first round retrained from its run.json
   (``fedbayes replay``) against its committed history.csv.
 
-After a deliberate numerics change: bump the method spec's ``numerics`` (fedbayes/methods/builtin.py)
+After a deliberate numerics change: bump the method spec's ``numerics`` (fedbayes/methods/<key>/__init__.py)
 or CORE_NUMERICS (fedbayes/catalog.py), write the new golden with
 ``python tests/test_replay.py METHOD …``, and rerun the method's runs (Snakemake plans exactly those).
 """
@@ -169,7 +169,7 @@ def test_committed_run_replays_bit_for_bit(method):
         fetch_dataset(d, str(raw), download=False)
     diffs = replay_run(run, rounds=1, raw=str(raw))
     assert not diffs, (f"{method}: the committed run {REPLAYED[method]} no longer replays: {diffs[:4]}; a change "
-                       f"that alters numbers bumps {method}'s spec's numerics (fedbayes/methods/builtin.py) or CORE_NUMERICS")
+                       f"that alters numbers bumps {method}'s spec's numerics (fedbayes/methods/<key>/__init__.py) or CORE_NUMERICS")
 
 
 def test_the_workflows_numerics_check_adopts_same_numbers_and_names_the_first_other_one(tmp_path):

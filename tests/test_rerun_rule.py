@@ -67,7 +67,7 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     records = {f for f in checked if re.fullmatch(r"work/numerics/\w+\.json", f)}   # besides baselines of new paths
     assert records == {"work/numerics/fedavg.json", "work/numerics/fedprox.json"}
     assert planned_training(built) == set() and mtimes(built, "work/numerics/*.json") == checked  # no edit: no check
-    for rel in ("src/fedbayes/methods/fedavg.py", "src/fedbayes/methods/base.py", "src/fedbayes/engine/loop.py",
+    for rel in ("src/fedbayes/methods/fedavg/algorithm.py", "src/fedbayes/methods/core/base.py", "src/fedbayes/engine/loop.py",
                 "src/fedbayes/eval/metrics.py"):
         f = built / rel
         f.write_text(f.read_text() + "\n\ndef _a_refactor_helper():  # behaviour-preserving edit\n    return None\n")
@@ -87,8 +87,8 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     second) when the code has changed since its last check, and stops with one line naming the method
     and the first differing value; with the bump, the method's runs are planned instead."""
     assert planned_training(built) == set()
-    f = built / "src/fedbayes/methods/prox.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
-    old = 'w_g, alpha = down["w"], float(self.hp["alpha"])'
+    f = built / "src/fedbayes/methods/fedprox/algorithm.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
+    old = 'w_g, alpha = down["w"], float(self.p.alpha)'
     assert f.read_text().count(old) == 2   # the sequential client (a CPU's) first, then the batched one
     f.write_text(f.read_text().replace(old, old + " * (1 + 1e-3)", 1))
     out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False)
@@ -146,7 +146,7 @@ def test_an_edited_spec_default_reruns_the_runs_that_read_it(built, metadata):
     if metadata == "fresh clone":
         shutil.rmtree(built / ".snakemake")
     assert planned_training(built) == set()
-    spec = built / "src/fedbayes/methods/builtin.py"
+    spec = built / "src/fedbayes/methods/core/params.py"
     text = spec.read_text()
     assert text.count('hparam("squared", enum("squared", "unsquared")') == 1
     spec.write_text(text.replace('hparam("squared", enum("squared", "unsquared")', 'hparam("unsquared", enum("squared", "unsquared")'))

@@ -6,8 +6,10 @@ import torch
 
 from fedbayes.engine import seeds
 from fedbayes.engine.loop import evaluated_variants, predict
-from fedbayes.methods import ClientData, build_method, split_variant
-from fedbayes.methods.base import RunContext
+from fedbayes.methods import build_method
+from fedbayes.methods.core.base import ClientData
+from fedbayes.catalog import split_variant
+from fedbayes.methods.core.base import RunContext
 from fedbayes.models import FlatModel
 
 

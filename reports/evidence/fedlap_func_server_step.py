@@ -24,7 +24,7 @@ from fedbayes.config import load_params, run_config
 from fedbayes.engine.data import load_run_data
 from fedbayes.engine.loop import run_federated
 from fedbayes.engine.partitions import data_root, write_partition
-from fedbayes.methods.fedlap_func import FedLapFunc
+from fedbayes.methods.fedlap_func.algorithm import FedLapFunc
 
 EXPERIMENT, METHOD = "fmnist10-dir-k10", "fedlap_func"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from fedbayes.methods.spec import REQUIRED, MethodSpec, code_defaults, method_specs
 
-# Methods are described once each, in ``fedbayes.methods.builtin`` or by an installed package (entry-point
-# group ``fedbayes.methods``, ``fedbayes.methods.spec``); the tables below are derived from those specs.
+# Methods are described once each, in their packages (``fedbayes.methods.<key>`` or an installed package's),
+# registered under the entry-point group ``fedbayes.methods``; the tables below are derived from those specs.
 METHOD_SPECS: dict[str, MethodSpec] = method_specs()
 
 # method → {prediction variant: "point" | "samples"}; "" is the method's own prediction

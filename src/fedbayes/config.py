@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
+from fedbayes import catalog
 from fedbayes.data import DATASETS
 from fedbayes.fileio import YAMLInputError, load_yaml
+from fedbayes.methods.spec import Validator
 from fedbayes.published import load_paper, published_row
 
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
@@ -52,7 +52,7 @@ def complete_schema(schema: dict) -> dict:
     rule of every method hyperparameter (``$defs/hparams``), the keys an experiment's ``train:`` block may
     set (``$defs/train``) and the keys a sweep grid may vary (``$defs/grid``). The schema file holds the
     rest; completing a completed schema changes nothing."""
-    from fedbayes.catalog import METHOD_SPECS
+    METHOD_SPECS = catalog.METHOD_SPECS
     from fedbayes.methods.spec import hparam_rules, sweepable, train_keys
 
     out = copy.deepcopy(schema)
@@ -66,14 +66,6 @@ def complete_schema(schema: dict) -> dict:
     defs["train"]["properties"] = {k: rules[k] for k in train_keys(METHOD_SPECS)}
     defs["grid"]["propertyNames"] = {"enum": sweepable(METHOD_SPECS)}
     return out
-
-
-def check_value(value: Any, rule: dict) -> str | None:
-    """Why ``value`` breaks a hyperparameter's schema ``rule`` (the method specs' validation), or None."""
-    from fedbayes.methods.spec import DEFS
-
-    error = next(iter(_Validator({"$defs": DEFS, **rule}).iter_errors(value)), None)
-    return None if error is None else error.message
 
 
 def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
@@ -187,17 +179,6 @@ def _value_problems(params: Any) -> list[str]:
     return sorted(problems)
 
 
-def _strict_integer(checker, x) -> bool:
-    """JSON Schema's ``integer`` accepts 4.0; a count, seed or epoch number must be a Python int (4.0 would
-    name paths ``seed4.0`` and crash ``range``), and True is not 1."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer))
-
-
 def _grids(params: dict):
     """(dotted path, grid) of every sweep grid: ``methods.<m>.sweep``, ``experiments.<e>.methods.<m>.sweep``."""
     for m, spec in (params.get("methods") or {}).items():
@@ -261,7 +242,7 @@ def validate(params: dict, schema: dict) -> None:
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
     schema = complete_schema(schema)
-    v = _Validator(schema)
+    v = Validator(schema)
     errors = [(list(e.path), e.message) for e in v.iter_errors(params)] + _grid_errors(v, params, schema)
     if errors:
         lines = [f"  - {'.'.join(map(str, p)) or '<root>'}: {msg}" for p, msg in sorted(errors, key=lambda e: str(e[0]))]
@@ -271,9 +252,9 @@ def validate(params: dict, schema: dict) -> None:
 
 def check_semantics(params: dict) -> None:
     """Checks the schema cannot express: names that must exist, sizes that must fit."""
-    from fedbayes.catalog import METHOD_VARIANTS as METHODS
-    from fedbayes.catalog import MODEL_KEYS
-    from fedbayes.catalog import MODEL_NAMES as MODELS
+    METHODS = catalog.METHOD_VARIANTS
+    MODEL_KEYS = catalog.MODEL_KEYS
+    MODELS = catalog.MODEL_NAMES
 
     problems = []
     if params.get("scale", "paper") not in SCALES:
@@ -325,7 +306,7 @@ def check_semantics(params: dict) -> None:
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
     problems += _unused_name_problems(params, METHODS)
-    from fedbayes.catalog import split_variant
+    split_variant = catalog.split_variant
 
     h = params.get("headline")
     if h:  # DVC's metrics.json and curves come from one table's cells and runs
@@ -439,7 +420,7 @@ def _foreign_hparams(params: Any) -> list[str]:
     are named by the semantic checks; ``smoke.hparams`` sets values for every method, each reading its own."""
     import difflib
 
-    from fedbayes.catalog import METHOD_SPECS
+    METHOD_SPECS = catalog.METHOD_SPECS
     from fedbayes.methods.spec import RESERVED
 
     if not isinstance(params, dict):
@@ -515,7 +496,7 @@ def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
     """Every run's hyperparameters (each sweep point, at this scale) as its method reads them: a rule of the
     method's spec broken (a value valid alone but not beside another, ``Hyperparameters.problems``) is
     named here, not found by a training job."""
-    from fedbayes.catalog import METHOD_SPECS
+    METHOD_SPECS = catalog.METHOD_SPECS
     from fedbayes.methods.spec import Hyperparameters
 
     out = []
@@ -547,7 +528,7 @@ def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
 def _window_problems(params: dict, name: str, e: dict) -> list[str]:
     """A method with ``mc_window: false`` has its sampled predictive only at the last reported round:
     a statistic over the rounds before it (selection, or a table cell of that prediction) has no values."""
-    from fedbayes.catalog import METHOD_VARIANTS, split_variant
+    METHOD_VARIANTS, split_variant = catalog.METHOD_VARIANTS, catalog.split_variant
 
     out = []
     for m in e["methods"]:
@@ -700,7 +681,7 @@ def method_hparams(params: dict, experiment: str, method: str, point: str = DEFA
     points = sweep_points(params, experiment, method)
     if point not in points:
         raise ConfigError(f"{experiment}/{method}: no sweep point {point!r}; the grid has {list(points)}")
-    from fedbayes.catalog import HPARAM_DEFAULTS
+    HPARAM_DEFAULTS = catalog.HPARAM_DEFAULTS
 
     hp = deep_merge(hp, points[point])
     return {k: v for k, v in hp.items() if not (k in HPARAM_DEFAULTS and v == HPARAM_DEFAULTS[k])}

@@ -27,14 +27,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedbayes.catalog import HPARAM_DEFAULTS, method_defaults, numerics
+from fedbayes.catalog import method_defaults, numerics
 from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
-from fedbayes.methods import ClientData, Method, build_method
-from fedbayes.methods.base import RunContext
+from fedbayes.methods import build_method, method_specs
+from fedbayes.methods.core.base import ClientData, Method
+from fedbayes.methods.core.base import RunContext
+from fedbayes.methods.spec import REQUIRED, EngineOptions
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
 
@@ -98,16 +100,16 @@ def variant_key(name: str, variant: str) -> str:
 
 def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
     """Variants evaluated after round ``rnd``: every ``eval_every`` rounds (experiment), sampled variants
-    every ``mc_every`` rounds (method hyperparameter, else experiment), and all of them at round 0, the
-    last round and the saved (table) rounds. Two method hyperparameters leave sampled variants out where
+    every ``mc_every`` rounds (engine option of the method's block, else experiment), and all of them at
+    round 0, the last round and the saved (table) rounds. Two engine options leave sampled variants out where
     they are costly and unused: ``mc_round0: false`` at round 0, where the posterior is the
     initialisation (a 500-sample predictive of it costs as much CPU time as the whole training), and
     ``mc_window: false`` at the saved rounds before the last (the 3-round windows that ``mean_last3``
     tables average; tables with statistic ``final`` read the last round only)."""
     last, saved = cfg["rounds"], set(cfg["save_rounds"])
-    hp = cfg.get("hparams", {})
+    opts = EngineOptions.from_hparams(cfg.get("hparams", {}))
     every = int(cfg.get("eval_every", 1))
-    mc_every = int(hp.get("mc_every", cfg.get("mc_every", every)))
+    mc_every = int(cfg.get("mc_every", every) if opts.mc_every is REQUIRED else opts.mc_every)
 
     def due(kind: str) -> bool:
         if rnd == last:
@@ -115,8 +117,8 @@ def evaluated_variants(method: Method, rnd: int, cfg: dict) -> list[str]:
         if kind != "samples":
             return rnd == 0 or rnd in saved or rnd % every == 0
         if rnd == 0:
-            return bool(hp.get("mc_round0", True))
-        return rnd % mc_every == 0 or (rnd in saved and bool(hp.get("mc_window", True)))
+            return bool(opts.mc_round0)
+        return rnd % mc_every == 0 or (rnd in saved and bool(opts.mc_window))
 
     return [v for v, kind in method.variants.items() if due(kind)]
 
@@ -181,11 +183,11 @@ def _atomic_save(obj, path: Path) -> None:
 def hold_out(parts: list[np.ndarray], share: float, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
     """Take ``floor(share · N_k)`` points, drawn at random, out of every client k: (the clients' remaining
     indices, the held-out indices). Client by client, so no client is emptied and the label skew of the
-    partition is kept. For methods with unlabeled server data (``server_unlabeled``, FedBE)."""
+    partition is kept. For a method whose spec needs ``server_data`` (its share: ``Method.server_share``)."""
     if share <= 0:
         return parts, np.zeros(0, dtype=np.int64)
     if not share < 1:
-        raise ValueError(f"server_unlabeled={share} must be a share of the clients' points below 1")
+        raise ValueError(f"the server's share {share} must be a share of the clients' points below 1")
     kept, held = [], []
     for p in parts:
         out = rng.permutation(len(p))[:int(share * len(p))]
@@ -212,7 +214,10 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     out.mkdir(parents=True, exist_ok=True)
     seed, rounds, hp = cfg["seed"], cfg["rounds"], cfg["hparams"]
     key = config_hash(cfg)
-    parts, server_idx = hold_out(data.parts, float(hp.get("server_unlabeled", 0)), seeds.rng(seed, seeds.SERVER))
+    opts, spec = EngineOptions.from_hparams(hp), method_specs().get(cfg["method"])
+    # what the method's spec needs of the run: a held-out share of the training points on the server
+    share = spec.load().server_share(spec.params.from_hparams(hp)) if spec and "server_data" in spec.needs else 0.0
+    parts, server_idx = hold_out(data.parts, share, seeds.rng(seed, seeds.SERVER))
     sizes = np.array([len(p) for p in parts])
 
     torch.manual_seed(seeds.torch_seed(seed, seeds.INIT))
@@ -222,7 +227,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     context = RunContext(rounds=rounds, clients_per_round=max(1, round(cfg.get("participation", 1.0) * len(sizes))),
                          seed=seed, server_x=data.x_train[torch.from_numpy(server_idx).to(device)] if len(server_idx) else None)
     method = build_method(cfg["method"], fm, hp, sizes, context)
-    if hp.get("client_rows", HPARAM_DEFAULTS["client_rows"]) == "by_label":
+    if opts.client_rows == "by_label":
         # each client's rows grouped by class (stable): with `client_stream: replay` every client then sees
         # the same label mix at every step, as in the BayesADMM authors' code, whose iid split concatenates
         # each client's classes and whose clients all draw one permutation (reports/bayesadmm/NOTES.md)
@@ -248,11 +253,12 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     save_rounds = set(cfg["save_rounds"])
     diverged = None
     n_part = method.clients_per_round
-    # `client_stream: replay` (method hyperparameter): every client in every round draws the same random
+    # `client_stream: replay` (engine option): every client in every round draws the same random
     # stream (minibatch order, MC noise), as the BayesADMM authors' code does by reseeding in each client's
     # train() (BayesADMM spec §3.1.2 item 9); default `independent`: one stream per (seed, round, client).
-    replay = cfg.get("hparams", {}).get("client_stream", "independent") == "replay"
-    local_eval = bool(cfg.get("local_eval", False))
+    replay = opts.client_stream == "replay"
+    # the clients' own models on the test set (experiments.<e>.local_eval), of a method that has them
+    local_eval = bool(cfg.get("local_eval", False)) and "local_models" in method.spec.needs
     if batch_clients is None:
         batch_clients = device.type == "cuda"
     batched_rounds = 0
@@ -285,7 +291,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         wall += dt
         comm = {"train/loss": float(np.average(losses, weights=sizes[picked])), "clients": len(picked),
                 "time_s": dt, "wall_s": wall, "bytes_up": up_bytes, "bytes_down": _nbytes(down) * len(picked)}
-        if local:  # FOLA's LA: the clients' models before aggregation, on the global test set
+        if local:  # local accuracy: the clients' models before aggregation, on the global test set
             comm["local/acc"] = float(np.average([local_accuracy(method, local[k], data) for k in sorted(local)],
                                                  weights=sizes[sorted(local)]))
         reason = _divergence(losses, server)

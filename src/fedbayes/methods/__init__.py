@@ -1,25 +1,26 @@
-"""Federated methods. Each is described once by a torch-free ``MethodSpec`` (``fedbayes.methods.spec``;
-the built-in ones in ``fedbayes.methods.builtin``, others from installed packages through the entry-point
-group ``fedbayes.methods``); its tensor math is a ``Method`` subclass (``fedbayes.methods.base``).
+"""Federated methods. Each is a package ``fedbayes.methods.<key>``: its torch-free ``MethodSpec`` and
+``Params`` in ``__init__`` (``fedbayes.methods.spec``), its tensor math, a ``Method`` subclass
+(``fedbayes.methods.core.base``), in ``algorithm``; what several share is in ``fedbayes.methods.core``.
+Every method, fedbayes' own and an installed package's, is registered under the entry-point group
+``fedbayes.methods``; ``method_specs`` is the registry.
 
-Importing this package imports no torch: ``METHODS`` (params.yaml name → class), ``Method``,
-``ClientData`` and ``build_method`` load the implementations on first use.
+Importing this package imports no torch: ``build_method`` loads an implementation on first use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fedbayes.methods.spec import ENTRY_POINT_GROUP, Hyperparameters, MethodSpec, method_specs
 
 if TYPE_CHECKING:
-    from fedbayes.methods.base import ClientData, Method
+    from fedbayes.methods.core.base import Method
 
 
 def build_method(name: str, fm, hp: dict, client_sizes, context=None) -> Method:
     """The method ``name`` (a params.yaml key) on flat model ``fm`` for a run described by ``context``
     (a ``RunContext``: rounds, clients a round, seed, server data), with its spec's prediction variants."""
-    from fedbayes.methods.base import RunContext
+    from fedbayes.methods.core.base import RunContext
 
     specs = method_specs()
     if name not in specs:
@@ -27,22 +28,10 @@ def build_method(name: str, fm, hp: dict, client_sizes, context=None) -> Method:
     m = specs[name].load()(fm, hp, client_sizes, context or RunContext())
     m.name, m.spec = name, specs[name]
     m.variants = dict(specs[name].variants)
+    missing = m.p.missing()   # its hyperparameters, validated against its Params now, not at first use
+    if missing:
+        raise ValueError(f"{name} needs {', '.join(missing)} (no default; set it in params.yaml)")
     return m
 
 
-def __getattr__(name: str) -> Any:
-    if name == "METHODS":
-        return {k: s.load() for k, s in method_specs().items()}
-    if name in ("ClientData", "Method"):
-        from fedbayes.methods import base
-
-        return getattr(base, name)
-    if name == "split_variant":   # (fedbayes.catalog imports this package's spec module)
-        from fedbayes.catalog import split_variant
-
-        return split_variant
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["ENTRY_POINT_GROUP", "METHODS", "ClientData", "Hyperparameters", "Method", "MethodSpec", "build_method",
-           "method_specs", "split_variant"]
+__all__ = ["ENTRY_POINT_GROUP", "Hyperparameters", "MethodSpec", "build_method", "method_specs"]

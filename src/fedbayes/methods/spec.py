@@ -8,28 +8,33 @@ dataclasses, ``fedbayes.config.complete_schema``), ``fedbayes.catalog`` (variant
 code defaults), the DAG and the reports. The implementation (``"module:Class"``) is imported only by
 ``MethodSpec.load``, so none of them imports torch.
 
-The registry is the built-in specs (``fedbayes.methods.builtin``) plus those that installed packages
-register under the entry-point group ``fedbayes.methods`` (docs/adding-a-method.md)::
+The registry (``method_specs``) is what installed packages register under the entry-point group
+``fedbayes.methods`` (docs/adding-a-method.md); fedbayes' own methods are registered the same way, in
+its pyproject.toml, one package each under ``fedbayes/methods/``::
 
     [project.entry-points."fedbayes.methods"]
-    fedavg_slr = "fedbayes_example_method:SPEC"
+    fedavg = "fedbayes.methods.fedavg:SPEC"
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
+
+import jsonschema
 
 ENTRY_POINT_GROUP = "fedbayes.methods"
+DISTRIBUTION = "fedbayes"   # the distribution whose entry points are the built-in methods
 KEY_PATTERN = re.compile(r"^[a-z_]+$")   # a method is a path component of every run (workflow/rules/common.smk)
 PREDICTIONS = ("point", "samples")
 NEEDS = {
-    "server_data": "a share of the training points held out on the server (hyperparameter server_unlabeled)",
+    "server_data": "a share of the training points held out on the server (Method.server_share says how much)",
     "local_models": "local_weights() returns each client's model (local/acc, experiments.<e>.local_eval)",
 }
 
@@ -57,6 +62,23 @@ NONNEG = {"type": "number", "minimum": 0}
 NONNEG_INT = {"type": "integer", "minimum": 0}
 SHARE = {"type": "number", "minimum": 0, "maximum": 1}
 BOOL = {"type": "boolean"}
+
+
+def _strict_integer(checker, x) -> bool:
+    """JSON Schema's ``integer`` accepts 4.0; a count, seed or epoch number must be a Python int (4.0 would
+    name paths ``seed4.0`` and crash ``range``), and True is not 1."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer))
+
+
+def check_value(value: Any, rule: dict) -> str | None:
+    """Why ``value`` breaks a hyperparameter's schema ``rule``, or None."""
+    error = next(iter(Validator({"$defs": DEFS, **rule}).iter_errors(value)), None)
+    return None if error is None else error.message
 
 
 def enum(*values) -> dict:
@@ -93,45 +115,33 @@ def hyperparameters(cls: type) -> type:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Hyperparameters:
-    """What every method accepts: local training and the engine's per-run options (``train:`` keys
-    can also be set per experiment). A method's ``params`` subclasses this and adds its own fields."""
+class Options:
+    """Typed options read from a run's hyperparameter dict: each field's rule checked where it is not its
+    default, the rules across fields (``problems``) too."""
 
-    optimizer: str = hparam("adam", enum("adam", "sgd"), "local optimiser (methods/base.py make_optimizer)",
-                            sweep=True, train=True)
-    lr: float = hparam(REQUIRED, POSNUM, "local learning rate", sweep=True, train=True)
-    batch_size: int = hparam(REQUIRED, POSINT, "local minibatch size", sweep=True, train=True)
-    local_epochs: int = hparam(REQUIRED, POSINT, "passes over the client's data a round", sweep=True, train=True)
-    grad_clip: float | None = hparam(None, {"type": ["number", "null"], "exclusiveMinimum": 0},
-                                     "global norm the local gradient is clipped to (null: none)", sweep=True, train=True)
-    client_optimizer: str = hparam("fresh", enum("fresh", "persistent"),
-                                   "persistent: each client keeps its optimiser state across rounds "
-                                   "(FedLap/BayesADMM code)", sweep=True, code_default=True)
-    lr_schedule: str = hparam("constant", enum("constant", "cosine_rounds", "linear_local"),
-                              "learning-rate schedule (methods/ivon.py lr_schedule)")
-    lr_final: float = hparam(REQUIRED, POSNUM, "final learning rate of a decaying lr_schedule")
-    client_stream: str = hparam("independent", enum("independent", "replay"),
-                                "replay: one random stream for every client and round (BayesADMM code)")
-    client_rows: str = hparam("partition", enum("partition", "by_label"),
-                              "by_label: each client's rows grouped by class (BayesADMM code's iid layout)",
-                              code_default=True)
-    mc_every: int = hparam(REQUIRED, POSINT, "evaluate the sampled predictive every N rounds (+ table rounds); "
-                                             "default: the experiment's mc_every, else eval_every")
-    mc_round0: bool = hparam(True, BOOL, "also evaluate the sampled predictive at round 0 (the initialisation)")
-    mc_window: bool = hparam(True, BOOL, "also in the 3-round windows before reported rounds (mean_last3 tables need it)")
+    # fields without a default (``REQUIRED``) that every run of the method reads: a method built without
+    # one is refused (``missing``; ``build_method``), not stopped later by a value that is not a number
+    needed: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        from fedbayes.config import check_value
-
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not REQUIRED and value != f.default:
                 problem = check_value(value, f.metadata["rule"])
                 if problem:
-                    raise ValueError(f"{type(self).__qualname__}: {f.name} {problem}")
+                    raise ValueError(f"{self._owner()}: {f.name} {problem}")
         broken = self.problems()
         if broken:
-            raise ValueError(f"{type(self).__qualname__}: " + "; ".join(broken))
+            raise ValueError(f"{self._owner()}: " + "; ".join(broken))
+
+    def missing(self) -> list[str]:
+        """The ``needed`` fields that no value was given for."""
+        return [name for name in self.needed if getattr(self, name) is REQUIRED]
+
+    @classmethod
+    def _owner(cls) -> str:
+        """How an error names the class: a method package's ``Params`` by its package."""
+        return f"{cls.__module__}.Params" if cls.__qualname__ == "Params" else cls.__qualname__
 
     def problems(self) -> list[str]:
         """Rules across fields (a value valid alone but not beside another), each broken one in a sentence
@@ -151,12 +161,55 @@ class Hyperparameters:
         return cls(**{k: v for k, v in hp.items() if k in names})
 
 
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalTraining(Options):
+    """How a client trains (the shared local loop, ``fedbayes.methods.core.base``)."""
+
+    optimizer: str = hparam("adam", enum("adam", "sgd"), "local optimiser (methods/core/local.py make_optimizer)",
+                            sweep=True, train=True)
+    lr: float = hparam(REQUIRED, POSNUM, "local learning rate", sweep=True, train=True)
+    batch_size: int = hparam(REQUIRED, POSINT, "local minibatch size", sweep=True, train=True)
+    local_epochs: int = hparam(REQUIRED, POSINT, "passes over the client's data a round", sweep=True, train=True)
+    grad_clip: float | None = hparam(None, {"type": ["number", "null"], "exclusiveMinimum": 0},
+                                     "global norm the local gradient is clipped to (null: none)", sweep=True, train=True)
+    client_optimizer: str = hparam("fresh", enum("fresh", "persistent"),
+                                   "persistent: each client keeps its optimiser state across rounds "
+                                   "(FedLap/BayesADMM code)", sweep=True, code_default=True)
+    lr_schedule: str = hparam("constant", enum("constant", "cosine_rounds", "linear_local"),
+                              "learning-rate schedule (methods/core/ivon.py lr_schedule)")
+    lr_final: float = hparam(REQUIRED, POSNUM, "final learning rate of a decaying lr_schedule")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions(Options):
+    """The engine's per-run options (``fedbayes.engine.loop`` reads these, a method never does): set in a
+    method's block of params.yaml like its hyperparameters, and recorded with them."""
+
+    client_stream: str = hparam("independent", enum("independent", "replay"),
+                                "replay: one random stream for every client and round (BayesADMM code)")
+    client_rows: str = hparam("partition", enum("partition", "by_label"),
+                              "by_label: each client's rows grouped by class (BayesADMM code's iid layout)",
+                              code_default=True)
+    mc_every: int = hparam(REQUIRED, POSINT, "evaluate the sampled predictive every N rounds (+ table rounds); "
+                                             "default: the experiment's mc_every, else eval_every")
+    mc_round0: bool = hparam(True, BOOL, "also evaluate the sampled predictive at round 0 (the initialisation)")
+    mc_window: bool = hparam(True, BOOL, "also in the 3-round windows before reported rounds (mean_last3 tables need it)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hyperparameters(EngineOptions, LocalTraining):
+    """What every method accepts: local training and the engine's per-run options (``train:`` keys
+    can also be set per experiment). A method's ``params`` subclasses this and adds its own fields."""
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     """One federated method, described without torch.
 
     key:            its name in params.yaml, run paths, MLflow and tables (``[a-z_]+``)
-    implementation: ``"package.module:Class"``, a ``fedbayes.methods.base.Method`` subclass, imported
+    implementation: ``"package.module:Class"``, a ``fedbayes.methods.core.base.Method`` subclass, imported
                     only when a run trains
     params:         its ``Hyperparameters`` subclass (types, defaults, rules, documentation)
     variants:       prediction variant → ``"point"`` | ``"samples"``; ``""`` is its own prediction,
@@ -232,27 +285,45 @@ def _from_entry_point(ep) -> list[MethodSpec]:
     return specs
 
 
+def _is_builtin(ep) -> bool:
+    """An entry point of fedbayes' own distribution (its pyproject.toml's table)."""
+    dist = getattr(ep, "dist", None)
+    return dist is not None and (dist.metadata["Name"] or "").lower() == DISTRIBUTION
+
+
 @cache
 def method_specs() -> dict[str, MethodSpec]:
-    """Every method this installation knows: the built-in ones, then each installed package's
-    (entry-point group ``fedbayes.methods``). An installed package that cannot be loaded, whose spec is
-    invalid, or whose key a built-in method or another package has too, is left out with a warning naming
-    it (``plugin_problems``): it breaks only the configurations that name its key, which validation
-    refuses with that reason, not every command."""
+    """Every method this installation knows, each registered under the entry-point group
+    ``fedbayes.methods``: fedbayes' own (its pyproject.toml, in its order) first, then each other installed
+    package's.
+    A package that cannot be loaded, whose spec is invalid, or whose key fedbayes or another package
+    has too, is left out with a warning naming it (``plugin_problems``): it breaks only the
+    configurations that name its key, which validation refuses with that reason, not every command."""
     import warnings
     from importlib.metadata import entry_points
 
-    from fedbayes.methods.builtin import SPECS
-
-    out: dict[str, MethodSpec] = {s.key: s for s in SPECS}
-    where: dict[str, str] = {s.key: "fedbayes" for s in SPECS}
+    out: dict[str, MethodSpec] = {}
+    where: dict[str, str] = {}
     problems: dict[str, str] = {}
     origins: dict[str, tuple] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        source = f"{ep.value} (entry point {ep.name})"
+    eps = entry_points(group=ENTRY_POINT_GROUP)   # fedbayes' own first, then the others by name
+    if not any(_is_builtin(e) for e in eps):
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            where = f"its installed metadata ({getattr(distribution(DISTRIBUTION), '_path', '?')}) has no entry points " \
+                    f"{ENTRY_POINT_GROUP}: stale, or from an older pyproject.toml"
+        except PackageNotFoundError:
+            where = "fedbayes is not installed (its pyproject.toml's entry points are the registry)"
+        raise RuntimeError(f"fedbayes' own methods are not registered: {where}; install it: pip install -e .")
+    for ep in [e for e in eps if _is_builtin(e)] + sorted((e for e in eps if not _is_builtin(e)), key=lambda e: e.name):
+        builtin = _is_builtin(ep)
+        source = DISTRIBUTION if builtin else f"{ep.value} (entry point {ep.name})"
         try:
             specs = _from_entry_point(ep)
         except Exception as err:  # noqa: BLE001  (an import error, a spec that is not one: its own problem)
+            if builtin:
+                raise
             problems[ep.name] = f"the installed method {source} cannot be used: {type(err).__name__}: {err}"
             continue
         for s in specs:
@@ -260,16 +331,18 @@ def method_specs() -> dict[str, MethodSpec]:
                 problems[s.key] += f", and by {source}"
             elif s.key in out:
                 problems[s.key] = f"method {s.key!r} is registered twice: by {where[s.key]} and by {source}"
-                if where[s.key] != "fedbayes":   # two packages: neither is used (which one was meant?)
+                if where[s.key] != DISTRIBUTION:   # two packages: neither is used (which one was meant?)
                     del out[s.key]
             else:
-                out[s.key], where[s.key], origins[s.key] = s, source, (ep, s.implementation)
+                out[s.key], where[s.key] = s, source
+                if not builtin:
+                    origins[s.key] = (ep, s.implementation)
     for key, why in problems.items():
         warnings.warn(f"fedbayes: {why}; left out", RuntimeWarning, stacklevel=2)
     _PROBLEMS.clear()
     _PROBLEMS.update(problems)
     _SOURCES.clear()
-    _SOURCES.update({k: v for k, v in where.items() if k in out and v != "fedbayes"})
+    _SOURCES.update({k: v for k, v in where.items() if k in out and v != DISTRIBUTION})
     _ORIGINS.clear()
     _ORIGINS.update({k: v for k, v in origins.items() if k in _SOURCES})
     return out
@@ -312,10 +385,10 @@ def implementation_problem(key: str) -> str | None:
         return None
     try:
         cls = spec.load()
-        from fedbayes.methods.base import Method
-
-        if not (isinstance(cls, type) and issubclass(cls, Method)):
-            raise TypeError(f"it is a {type(cls).__name__}, not a fedbayes.methods.base.Method subclass")
+        # a Method subclass (fedbayes.methods.core.base, which its import imported: no import of it here)
+        if not (isinstance(cls, type) and any(c.__name__ == "Method" and c.__module__.endswith(".core.base")
+                                              for c in cls.__mro__)):
+            raise TypeError(f"it is a {type(cls).__name__}, not a fedbayes.methods.core.base.Method subclass")
     except Exception as err:  # noqa: BLE001  (whatever its import raises is the plug-in's problem)
         return (f"the implementation {spec.implementation} of the installed method {_SOURCES[key]} cannot be "
                 f"imported: {type(err).__name__}: {err}")
@@ -325,14 +398,15 @@ def implementation_problem(key: str) -> str | None:
 def hparam_rules(specs: Mapping[str, MethodSpec]) -> dict[str, dict]:
     """name → JSON Schema rule of every hyperparameter any method declares, in declaration order; a name
     declared with different rules by different methods accepts any of them (``rho``: FedLap's
-    ``data``/``uniform``, BayesADMM's number)."""
+    ``data``/``uniform``, BayesADMM's number), in an order that does not depend on the methods'."""
     rules: dict[str, list[dict]] = {}
     for s in specs.values():
         for f in dataclasses.fields(s.params):
             seen = rules.setdefault(f.name, [])
             if f.metadata["rule"] not in seen:
                 seen.append(f.metadata["rule"])
-    return {k: v[0] if len(v) == 1 else {"anyOf": v} for k, v in rules.items()}
+    return {k: v[0] if len(v) == 1 else {"anyOf": sorted(v, key=lambda r: json.dumps(r, sort_keys=True))}
+            for k, v in rules.items()}
 
 
 def _flagged(specs: Mapping[str, MethodSpec], flag: str) -> list[str]:

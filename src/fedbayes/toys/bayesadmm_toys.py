@@ -49,7 +49,7 @@ authors' VON schedule (``von_client``: 10,000 steps with decaying step sizes fro
 ADMM's clients are strongly convex and solved exactly.
 
 Diagonal family (Fig. 3a; Alg. 1, spec §3.1, §3.5): q = N(m, diag(1/s)), λ = (s∘m, −½s), duals (v_k, −½u_k);
-client solved by the project's IVON (``fedbayes.methods.ivon``) with ℓ̄ = mean CE over the client's data,
+client solved by the project's IVON (``fedbayes.methods.core.ivon``) with ℓ̄ = mean CE over the client's data,
 λ_IVON = N_k/(ρτ), prior (m̄, δ_IVON = s̄/λ_IVON), multipliers (τ/N_k)v_k, (τ/N_k)u_k; s_k = λ_IVON(h + δ_IVON).
 Dual step natural (v_k += γ(s_k∘m_k − s̄∘m̄), u_k += γ(s_k − s̄)) or expectation coordinates
 (v_k += γ(m_k − m̄), u_k += 2γ[(m̄² + 1/s̄) − (m_k² + 1/s_k)]); server
@@ -714,13 +714,13 @@ def diag_federated_vi(data: SoftmaxData, delta: float = FIG3A["delta"], rounds: 
     BayesADMM (``alpha="admm"``, ``dual="natural"``), BregmanADMM (``dual="expectation"``), PVI and damped
     PVI (``alpha="pvi"``: α = 1).  Server starts at the prior (m̄ = 0, s̄ = δ), duals at 0.
 
-    Each round every client runs ``inner_steps`` full-batch IVON steps (``fedbayes.methods.ivon``) from
+    Each round every client runs ``inner_steps`` full-batch IVON steps (``fedbayes.methods.core.ivon``) from
     q̄ (m = m̄, h = h0, fresh momentum), one MC sample, lr cosine-decayed over the steps
     (lr·(1 + cos(πt/T))/2), λ_IVON = N_k/(ρτ), prior (m̄, s̄/λ_IVON), multipliers (τ/N_k)(v_k, u_k).
     All clients are updated in parallel as one batch.  Torch noise is seeded with ``seed``."""
     import torch
 
-    from fedbayes.methods.ivon import IVONState, ivon_step  # imports torch (seconds): only this solver pays it
+    from fedbayes.methods.core.ivon import IVONState, ivon_step  # imports torch (seconds): only this solver pays it
 
     if alpha not in ("admm", "pvi") or dual not in ("natural", "expectation"):
         raise ValueError(f"alpha must be 'admm'/'pvi' and dual 'natural'/'expectation', got {alpha!r}, {dual!r}")

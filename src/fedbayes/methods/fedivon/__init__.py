@@ -1,0 +1,17 @@
+"""FedIVON (spec 003): IVON clients, their posteriors multiplied at the server; the posterior
+predictive, and the point at its mean (``fedivon@mean``)."""
+
+from __future__ import annotations
+
+from fedbayes.methods.core.params import IVONParams
+from fedbayes.methods.spec import POSNUM, REQUIRED, MethodSpec, hparam, hyperparameters, like
+
+
+@hyperparameters
+class Params(IVONParams):
+    ess: float = hparam(REQUIRED, POSNUM, "effective sample size λ")
+    pred_samples: int = like(IVONParams, "pred_samples", 500)
+
+
+SPEC = MethodSpec(key="fedivon", implementation="fedbayes.methods.fedivon.algorithm:FedIVON", params=Params,
+                  doc="FedIVON (spec 003)", variants={"": "samples", "mean": "point"})

@@ -1,0 +1,112 @@
+"""FedLap-Func (spec §3.8, paper Eq. 17): FedLap plus function-space terms on shared memory points.
+
+Memory: ``memory_per_class`` random points of each class a client holds (chosen in round 1 from the
+run's seeded stream, then fixed), visible to the server and every client; τ_i = τ_f N_{k,c} / M_{k,c}.
+softCE(ŷ, w; x) = −Σ_c ŷ_c log softmax(f(x; w))_c (probability targets).
+
+Client (round r ≥ 2; round 1 has no function-space terms):
+    w_k ← argmin ℓ_k(w) + δ v_kᵀw + (δ/2)‖w − w_g‖²
+                 − Σ_{i∈M_k} τ_i softCE(ŷ_i^{(k), prev}, w)      (own previous contribution removed)
+                 + Σ_{i∈M}   τ_i softCE(ŷ_{i,g}, w)               (global term, ŷ_g = predictions of w_g)
+    v_k ← v_k + ρ_k (w_k − w_g);   send v_k and ŷ^{(k)} = softmax f(x_{M_k}; w_k)
+Server:
+    w_g ← argmin (δ/2)‖w − Σ_k v_k‖² + Σ_k Σ_{i∈M_k} τ_i softCE(ŷ_i^{(k)}, w)
+          (Adam, full batch over all memory points, ``server_iters`` steps at ``server_lr``, from Σ_k v_k)
+Signs as derived in the spec (−own, +global): the printed Eq. 17 has a sign slip.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedbayes.methods.core.local import make_optimizer
+from fedbayes.methods.fedlap.algorithm import FedLap
+
+
+def soft_ce(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ_i weights_i · (−Σ_c targets_ic log softmax(logits_i)_c)."""
+    return -(weights * (targets * torch.log_softmax(logits, -1)).sum(-1)).sum()
+
+
+class FedLapFunc(FedLap):
+    def init_state(self, w0):
+        server, clients = super().init_state(w0)
+        server["x_mem"] = torch.empty(0, device=w0.device)
+        for c in clients:
+            c["mem_idx"] = torch.empty(0, dtype=torch.long, device=w0.device)
+        return server, clients
+
+    def broadcast(self, server, rnd):
+        down = super().broadcast(server, rnd)
+        if rnd > 1 and len(server["x_mem"]):
+            down.update(x_mem=server["x_mem"], tau_mem=server["tau_mem"])
+        return down
+
+    def choose_memory(self, data, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Indices of ``memory_per_class`` random points per class held, and their τ_i."""
+        m, tau_f = int(self.p.memory_per_class), float(self.p.tau)
+        y = data.y.cpu().numpy()
+        idx, tau = [], []
+        for c in np.unique(y) if m > 0 else []:
+            members = np.flatnonzero(y == c)
+            pick = rng.choice(members, size=min(m, len(members)), replace=False)
+            idx += pick.tolist()
+            tau += [tau_f * len(members) / len(pick)] * len(pick)
+        dev = data.y.device
+        return torch.tensor(idx, dtype=torch.long, device=dev), torch.tensor(tau, dtype=data.x.dtype, device=dev)
+
+    def client_update(self, k, down, state, data, rng, rnd):
+        start, w_g = self.start_and_center(down)
+        v, delta, n_k = state["v"], float(self.p.delta), len(data)
+        state = dict(state)
+        if "tau" not in state:  # round 1: pick the memory once, from this run's seeded stream
+            state["mem_idx"], state["tau"] = self.choose_memory(data, rng)
+        x_own = data.x[state["mem_idx"]]
+
+        function_space = rnd > 1 and "x_mem" in down and "yhat" in state
+        if function_space:
+            x_all, tau_all = down["x_mem"], down["tau_mem"]
+            with torch.no_grad():
+                y_g = torch.softmax(self.fm(w_g, x_all), -1)
+            y_prev, tau_own = state["yhat"], state["tau"]
+
+        def extra(w):
+            loss = delta * (v @ w + 0.5 * (w - w_g).square().sum())
+            if function_space:  # + global term on all memory points − own previous contribution
+                loss = loss + (soft_ce(self.fm(w, x_all), y_g, tau_all) - soft_ce(self.fm(w, x_own), y_prev, tau_own))
+            return loss / n_k
+
+        res = self.local_train(start, data, rng, extra_loss=extra, state=state)
+        v_new = v + self.rho(k, rnd) * (res.w - w_g)
+        with torch.no_grad():
+            yhat = torch.softmax(self.fm(res.w, x_own), -1)
+        state.update(v=v_new, yhat=yhat)
+        msg = {"v": v_new, "yhat": yhat}
+        if rnd == 1:
+            msg.update(x_mem=x_own, tau=state["tau"])
+        return msg, state, res.mean_loss
+
+    def server_update(self, server, messages, rnd):
+        server = super().server_update(server, messages, rnd)  # w = Σ_k v_k
+        if "x_mem" in next(iter(messages.values())):  # round 1: memory inputs, τ and first soft labels
+            ks = sorted(messages)
+            server["x_mem"] = torch.cat([messages[k]["x_mem"] for k in ks])
+            server["tau_mem"] = torch.cat([messages[k]["tau"] for k in ks])
+            server["owner"] = torch.cat([torch.full((len(messages[k]["tau"]),), k, device=server["w"].device) for k in ks])
+            server["yhat"] = torch.cat([messages[k]["yhat"] for k in ks])
+        else:
+            server["yhat"] = server["yhat"].clone()
+            for k, m in messages.items():
+                server["yhat"][server["owner"] == k] = m["yhat"]
+        if not len(server["x_mem"]):
+            return server
+        wbar, delta = server["w"], float(self.p.delta)
+        w = wbar.clone().requires_grad_(True)
+        opt = make_optimizer("adam", [w], float(self.p.server_lr))
+        for _ in range(int(self.p.server_iters)):
+            obj = 0.5 * delta * (w - wbar).square().sum() + soft_ce(self.fm(w, server["x_mem"]), server["yhat"], server["tau_mem"])
+            opt.zero_grad(set_to_none=True)
+            obj.backward()
+            opt.step()
+        return {**server, "w": w.detach()}

@@ -1,0 +1,11 @@
+"""FedNova (Wang et al. 2020; spec 004 §4.5): client updates normalised by their local step counts."""
+
+from __future__ import annotations
+
+from fedbayes.methods.core.params import ServerStep
+from fedbayes.methods.spec import MethodSpec
+
+Params = ServerStep
+
+SPEC = MethodSpec(key="fednova", implementation="fedbayes.methods.fednova.algorithm:FedNova", params=Params,
+                  doc="FedNova (Wang et al. 2020; spec 004 §4.5)", needs=frozenset({"local_models"}))

@@ -1,0 +1,17 @@
+"""FedPA (Al-Shedivat et al. 2021; FedEP spec 002 §2.14): posterior-averaged client deltas after
+FedAvg-M's burn-in."""
+
+from __future__ import annotations
+
+from fedbayes.methods.fedavgm import Params as FedAvgMParams
+from fedbayes.methods.spec import NONNEG_INT, POSNUM, MethodSpec, hparam, hyperparameters
+
+
+@hyperparameters
+class Params(FedAvgMParams):
+    shrinkage: float = hparam(0.01, POSNUM, "FedPA ρ")
+    mixin_epochs: int = hparam(1, NONNEG_INT, "epochs before the first sample")
+
+
+SPEC = MethodSpec(key="fedpa", implementation="fedbayes.methods.fedpa.algorithm:FedPA", params=Params,
+                  doc="FedPA (Al-Shedivat et al. 2021; spec 002)")

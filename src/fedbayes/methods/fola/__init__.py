@@ -1,0 +1,21 @@
+"""FOLA (spec 004): clients trained under the global posterior's prior loss; Fishers aggregated."""
+
+from __future__ import annotations
+
+from fedbayes.methods.core.params import CurvatureParams
+from fedbayes.methods.spec import POSNUM, Hyperparameters, MethodSpec, hparam, hyperparameters, like
+
+
+@hyperparameters
+class Params(CurvatureParams):
+    optimizer: str = like(Hyperparameters, "optimizer", "sgd")
+    gamma: float = hparam(1e-5, POSNUM, "γ: precision floor of the aggregate (Eq. 25; code eps)", sweep=True)
+
+    def problems(self) -> list[str]:
+        ggn = [f"fisher_norm must be code or paper (ggn is FedCurv's), got {self.fisher_norm!r}"] \
+            if self.fisher_norm == "ggn" else []
+        return ggn
+
+
+SPEC = MethodSpec(key="fola", implementation="fedbayes.methods.fola.algorithm:FOLA", params=Params,
+                  doc="FOLA (spec 004)", needs=frozenset({"local_models"}))

@@ -1,0 +1,11 @@
+"""SCAFFOLD (Karimireddy et al. 2020; spec 004 §4.4): control variates correct the client drift."""
+
+from __future__ import annotations
+
+from fedbayes.methods.core.params import ServerStep
+from fedbayes.methods.spec import MethodSpec
+
+Params = ServerStep
+
+SPEC = MethodSpec(key="scaffold", implementation="fedbayes.methods.scaffold.algorithm:Scaffold", params=Params,
+                  doc="SCAFFOLD (Karimireddy et al. 2020; spec 004 §4.4)", needs=frozenset({"local_models"}))
