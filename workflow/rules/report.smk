@@ -93,12 +93,10 @@ def sweep_reports(table, spec, experiments):
 TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rule reads the same runs)
 
 for _table, _spec in config["tables"].items():
-    # a table's not_comparable experiments (no faithful substitute here) carry published numbers only
-    _exps = comparable_experiments(_spec)
     # the (experiment, method) pairs with runs: a param, so adding a method to an experiment rebuilds
     # the table (the profile's rerun-triggers leave out "input")
-    _pairs = {e: [m for m in dict.fromkeys(split_variant(m)[0] for m in _spec["methods"])
-                  if m in experiment(e)["methods"]] for e in _exps}
+    _pairs = table_pairs(_spec)
+    _exps = list(_pairs)
     TABLE_PAIRS[_table] = _pairs
 
     rule:
