@@ -1,4 +1,5 @@
-# MLflow import: one job per experiment, importing every run of its (experiment, method) pairs in one
+# MLflow import (`snakemake --cores all mlflow`, also part of the default target): not on a table's path
+# (a table reads the run files, never the store), so a table is built without it. One job per experiment, importing every run of its (experiment, method) pairs in one
 # process (python -m fedbayes.tracking): MLflow's import costs seconds, so a process per pair made the
 # imports most of a small DAG's time. A run the store already holds with the same content and selected
 # tag is not imported again. Jobs are serialised on the SQLite store by the `mlflow_db` resource (the
@@ -82,3 +83,13 @@ for _e, _ms in IMPORTS.items():
             f"{shlex.quote(sys.executable)} -m fedbayes.tracking --params {shlex.quote(str(EFFECTIVE))}"
             " --experiment {params.experiment:q} --methods {params.methods:q} --figure {params.figure:q}"
             " --marker {params.marker:q} > {log:q} 2>&1"
+
+
+def all_imports(wc=None):
+    """Every table's pairs' import markers, of the experiments whose data this machine has (as the tables)."""
+    return [import_marker(e, m) for e, ms in IMPORTS.items() if experiment_available(e) for m in ms]
+
+
+rule mlflow:  # every run of every table's (experiment, method) pairs in the MLflow store
+    input:
+        all_imports,
