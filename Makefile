@@ -32,15 +32,15 @@ data: setup
 
 # Snakemake without its per-job blocks: the jobs' own summary lines (what each table holds, what it
 # wrote) and errors; every job's full output is in work/logs/<rule>/…
-QUIET := --quiet rules host
+QUIET := --quiet rules host   # last on the line: --quiet takes the words after it
 
 # the headline table, its figures and DVC's view of it (reports/metrics/, reports/plots/)
 table1: setup
-	snakemake --cores all $(QUIET) reports/table1.csv reports/metrics
+	snakemake --cores all reports/table1.csv reports/metrics $(QUIET)
 
 # every table's runs imported into the MLflow store (mlflow.db), one process per experiment
 mlflow: setup
-	snakemake --cores all $(QUIET) mlflow
+	snakemake --cores all mlflow $(QUIET)
 
 # the same DAG shrunk to about a minute; its outputs live under reports/smoke/ (and results/runs/smoke/,
 # data/partitions/smoke/, work/smoke/), git-ignored: it never writes over the paper-scale files
