@@ -82,7 +82,7 @@ for _e, _ms in IMPORTS.items():
         shell:
             f"{shlex.quote(sys.executable)} -m fedbayes.tracking --params {shlex.quote(str(EFFECTIVE))}"
             " --experiment {params.experiment:q} --methods {params.methods:q} --figure {params.figure:q}"
-            " --marker {params.marker:q} > {log:q} 2>&1"
+            " --marker {params.marker:q} > {log:q} 2>&1 && tail -n 1 {log:q}"  # a line a pair in the log, its sum here
 
 
 def all_imports(wc=None):
