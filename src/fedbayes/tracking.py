@@ -69,6 +69,7 @@ from fedbayes.config import experiment_config, paths, stand_in_size, table_figur
 from fedbayes.fileio import exclusive_lock, write_text_atomic
 from fedbayes.reports.cells import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
+from fedbayes.runpaths import run_dir, selected_file
 
 NON_METRICS = {"round"}
 EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)
@@ -765,18 +766,16 @@ def import_experiment(p: dict, experiment: str, methods: list[str], figure: str,
     every MLflow run (the method's own, each variant's) the store already holds FINISHED with the same
     content and selected tag is not imported again; the MLflow client is loaded only where one is not.
     ``figure``: the partition figure of a run, with ``{experiment}`` and ``{seed}``. Returns counts."""
-    from fedbayes.reports.selection import run_dir as run_path
-
     uri = tracking_uri(p)
     check_reachable(uri)
     check_store(uri)
     plan = {}
     for method in methods:
-        selected = Path(paths(p)["runs"]) / experiment / method / "selected.json"
+        selected = selected_file(paths(p), experiment, method)
         chosen = read_selected(selected)["point"]
         runs = []
         for point, seed in imported_runs(p, experiment, method, chosen):
-            d = run_path(p, experiment, method, point, seed)
+            d = run_dir(paths(p), experiment, method, point, seed)
             info = read_run_info(d)
             variants = sorted(v for v in read_metrics(d, info).get("variants", {}) if v)
             keys = [f"{p['scale']}/{experiment}/{m}/{point}/seed{seed}" for m in

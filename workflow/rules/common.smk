@@ -92,7 +92,7 @@ def experiment(name):
 def table_pairs(spec):
     """A table's (experiment, method) pairs with runs, as {experiment: [methods]}: its comparable
     experiments (a not_comparable one carries published numbers only), each with the table's methods it
-    runs (``bayesadmm@mean`` → bayesadmm)."""
+    runs (a prediction variant ``<method>@<variant>`` → its method)."""
     return {e: [m for m in dict.fromkeys(split_variant(m)[0] for m in spec["methods"]) if m in experiment(e)["methods"]]
             for e in comparable_experiments(spec)}
 
