@@ -277,7 +277,9 @@ def test_selection_on_the_mean_over_seeds(table_params, tmp_path):
     by = {c["point"]: c for c in sel["candidates"]}
     assert by["local_epochs=1"]["per_seed"] == pytest.approx([90.0, 50.0, 50.0])
     assert by["local_epochs=1"]["value"] == pytest.approx(190 / 3)
-    assert "mean over seeds" in sweep_frame(p, exp, ["fedavg"]).criterion.iloc[0]
+    df = sweep_frame(p, exp, ["fedavg"])
+    assert "mean over 3 seeds" in df.criterion.iloc[0]     # the seeds read, counted
+    assert df[df.selected].pick.iloc[0].startswith("ahead of local_epochs=5 by ")
 
 
 def test_every_method_has_one_colour_distinct_within_its_family():
@@ -431,3 +433,23 @@ def test_dvc_plots_draw_no_false_zeros(repo):
     page = (repo / ".dvc" / cfg['plots']['html_template'].strip()).read_text()
     assert "{plot_divs}" in page and "{scripts}" not in page and "<script src=" not in page
     assert "vegaEmbed" in page
+
+
+def test_selection_says_when_its_pick_is_within_noise():
+    """A pick by 0.03 points on one seed, or by less than the spread over seeds, is called within noise;
+    the criterion names the seeds it read ("mean over seeds" was written for one seed)."""
+    from fedbayes.reports.selection import pick_note
+
+    crit = {"metric": "test/acc", "statistic": "mean_last3", "round": 50, "mode": "max"}
+    one = {"point": "b", "criterion": crit, "candidates": [{"point": "a", "value": 80.00}, {"point": "b", "value": 80.03}]}
+    assert pick_note(one, 1, 0.4) == ("within noise: ahead of a by 0.03 on one seed, less than the median spread "
+                                      "over seeds measured in this experiment (std 0.40)")
+    assert pick_note(one, 1, None) == "ahead of a by 0.03 on one seed (no spread over seeds measured in this experiment)"
+    big = {**one, "candidates": [{"point": "a", "value": 74.0}, {"point": "b", "value": 80.0}]}
+    assert pick_note(big, 1, 0.4) == "ahead of a by 6.00 on one seed"
+    three = {"point": "b", "criterion": crit, "candidates": [{"point": "a", "value": 79.9, "per_seed": [79, 80, 80.7]},
+                                                             {"point": "b", "value": 80.0, "per_seed": [79, 80, 81]}]}
+    assert pick_note(three, 3, None).startswith("within noise: ahead of a by 0.10, less than its spread over 3 seeds")
+    assert pick_note({**three, "criterion": {**crit, "mode": "min"}, "point": "a"}, 3, None).startswith(
+        "within noise: ahead of b by 0.10")
+    assert pick_note({**one, "candidates": one["candidates"][1:]}, 1, None) == "only candidate"
