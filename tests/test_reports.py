@@ -288,10 +288,15 @@ def test_every_method_has_one_colour_distinct_within_its_family():
     from fedbayes.catalog import METHOD_VARIANTS
     from fedbayes.reports.figures import FAMILIES, family_of, method_style
 
-    for fam, members in FAMILIES.items():
-        colours = [method_style(m)["color"] for m in members if m in METHOD_VARIANTS and m not in ("fedep", "fedsep")]
-        assert len(set(colours)) == len(colours), fam
-    assert all(family_of(m) != "other methods" for m in METHOD_VARIANTS)
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.reports.figures import COLORS, SPARE
+
+    colours = [method_style(m)["color"] for m in METHOD_SPECS]     # no two methods alike (fedadmm was fedpa's)
+    assert len(set(colours)) == len(colours) and not set(SPARE) & set(COLORS.values())
+    assert set(COLORS) == set(METHOD_SPECS)
+    assert all(m in ms for m in METHOD_SPECS for ms in [sum(FAMILIES.values(), [])])
+    # a method from outside the project is drawn on FedAvg's panels, not in a row of its own
+    assert family_of("my_new_method") == family_of("fedavg")
     assert method_style("bayesadmm@mean") == {**method_style("bayesadmm"), "ls": "--"}
     assert method_style("my_new_method")["color"] == method_style("my_new_method")["color"]  # stable for outsiders
 
@@ -453,3 +458,37 @@ def test_selection_says_when_its_pick_is_within_noise():
     assert pick_note({**three, "criterion": {**crit, "mode": "min"}, "point": "a"}, 3, None).startswith(
         "within noise: ahead of b by 0.10")
     assert pick_note({**one, "candidates": one["candidates"][1:]}, 1, None) == "only candidate"
+
+
+def test_a_one_point_line_without_a_marker_is_an_empty_plot_area():
+    """A curve evaluated at one round only (FedIVON's sampled predictive at round 2000) drew an invisible
+    one-point line, listed in the legend and never seen; empty_axes counts it as no data."""
+    from matplotlib.figure import Figure
+
+    from fedbayes.reports.figures import empty_axes
+
+    fig = Figure()
+    a, b = fig.subplots(1, 2)
+    a.plot([2000], [0.9])
+    b.plot([2000], [0.9], marker="D")
+    assert empty_axes(fig) == ["axes 0"]
+
+
+def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):
+    """FedIVON Table 2's figure draws its table's OOD AUROC (it drew accuracy and NLL); a table of one
+    metric gets accuracy and NLL; the units and directions are the registry's."""
+    from fedbayes.eval.registry import PERCENT, metric
+    from fedbayes.reports.figures import curve_metrics
+    from fedbayes.reports.scorecard import higher_is_better
+
+    p = read_params(repo)
+    assert curve_metrics(p["tables"]["fedivon/table2"]) == ["ood/auroc_entropy", "ood/auroc_maxprob"]
+    assert curve_metrics(p["tables"]["fedlap/table1"]) == ["test/acc", "test/nll"]
+    assert curve_metrics(p["tables"]["table1"]) == ["test/acc", "test/nll", "test/ece"]
+    assert curve_metrics(p["tables"]["fola/table2"]) == ["test/acc", "local/acc"]
+    assert PERCENT == {"test/acc", "local/acc", "test/precision", "test/recall", "test/micro_f1", "test/macro_f1"}
+    assert metric("final/mean/test/acc").axis_label == "accuracy (%)" and metric("test/nll").unit == "nats"
+    assert not higher_is_better("test/brier", "final") and higher_is_better("ood/auroc_entropy", "final")
+    assert not higher_is_better("test/acc", "rounds_to_target")
+    with pytest.raises(KeyError, match="test/f2"):
+        metric("test/f2")

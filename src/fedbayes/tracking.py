@@ -68,7 +68,7 @@ from fedbayes.config import paths
 from fedbayes.fileio import exclusive_lock
 from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
 
-from fedbayes.reports.tables import PERCENT as ACC_METRICS  # logged in %, the tables' unit
+from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 
 NON_METRICS = {"round"}
 EVAL_PREFIXES = ("test/", "ood/")  # history columns that belong to one prediction (a variant has its own)

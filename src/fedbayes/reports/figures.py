@@ -23,13 +23,15 @@ from matplotlib.figure import Figure
 
 from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, seeds
+from fedbayes.eval.registry import METRICS as METRIC_INFO
 from fedbayes.fileio import save_figure_atomic
 from fedbayes.runfiles import read_history, read_metrics
 
 MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
-METRICS = {"test/acc": ("accuracy (%)", 100.0), "test/nll": ("NLL (nats)", 1.0), "test/ece": ("ECE", 1.0)}
+# (axis label, scale) of every metric the registry draws as a curve
+METRICS = {name: (m.axis_label, m.scale) for name, m in METRIC_INFO.items() if m.curve}
 
-# Families: a row of panels each (a method not listed here gets the row "other methods").
+# Families: a row of panels each (a method not listed here, from outside the project, is drawn with FedAvg's).
 FAMILIES = {
     "FedLap paper (Adam baselines and FedLap)": ["fedavg", "fedprox", "fedadmm", "feddyn", "fedlap", "fedlap_cov",
                                                  "fedlap_func"],
@@ -38,25 +40,27 @@ FAMILIES = {
                                         "fedep_v", "fedsep_i", "fedsep_m", "fedsep_l", "fedsep_v"],
     "online Laplace and FOLA's baselines (SGD)": ["fola", "fedcurv", "scaffold", "fednova", "fedbe"],
 }
-# Colours: one per method across every figure of the project, distinct within each family's panels; a
-# method from outside the project takes a colour from the spare list (by its name, so it is stable).
+# Colours: the one table of them, one per method across every figure of the project, no two methods alike;
+# a method from outside the project takes a colour from the spare list (by its name, so it is stable).
 COLORS = {
     "fedavg": "#1f77b4", "fedprox": "#ff7f0e", "feddyn": "#2ca02c", "fedlap": "#d62728", "fedlap_cov": "#9467bd",
-    "fedlap_func": "#8c564b", "fedadmm": "#bcbd22",
+    "fedlap_func": "#8c564b", "fedadmm": "#393b79",
     "bayesadmm": "#e7298a", "fedivon": "#1b9e77",
-    "fedavgm": "#666666", "fedpa": "#bcbd22", "fedep": "#17becf", "fedsep": "#7570b3",
+    "fedavgm": "#666666", "fedpa": "#bcbd22", "fedep": "#08519c", "fedsep": "#54278f",
     "fedep_i": "#17becf", "fedep_m": "#9edae5", "fedep_l": "#0e6f7a", "fedep_v": "#6baed6",
     "fedsep_i": "#7570b3", "fedsep_m": "#c5b0d5", "fedsep_l": "#3f3a7a", "fedsep_v": "#b07aa1",
     "fola": "#d95f02", "fedcurv": "#e6ab02", "scaffold": "#66a61e", "fednova": "#a6761d", "fedbe": "#7f7f7f",
 }
-SPARE = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+SPARE = ["#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#ce6dbd"]
 
 
 def empty_axes(fig: Figure) -> list[str]:
     """The titles (or positions) of the figure's visible axes that draw no data: no line with points,
     no scatter or error-bar collection, no bar, no image (grid lines, reference lines and text are not data)."""
     def has_data(ax) -> bool:
-        lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 0 and ln.get_gid() != "reference"]
+        # a line of one point is drawn only with a marker
+        lines = [ln for ln in ax.get_lines() if ln.get_gid() != "reference" and (
+            len(ln.get_xdata()) > 1 or (len(ln.get_xdata()) == 1 and ln.get_marker() not in (None, "None", "", " ")))]
         return bool(lines or [c for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())]
                     or [p for p in ax.patches if p.get_height() != 0] or ax.images)
     return [ax.get_title() or f"axes {i}" for i, ax in enumerate(fig.axes)
@@ -86,7 +90,17 @@ def method_style(name: str) -> dict:
 
 
 def family_of(base: str) -> str:
-    return next((f for f, ms in FAMILIES.items() if base in ms), "other methods")
+    """The family (row of panels) of a method; a method from outside the project is drawn with FedAvg."""
+    return next((f for f, ms in FAMILIES.items() if base in ms), next(f for f, ms in FAMILIES.items() if "fedavg" in ms))
+
+
+def curve_metrics(spec: dict) -> list[str]:
+    """The metrics a table's learning curves draw, in the registry's order: the table's own (at most three,
+    in its order), with accuracy and NLL beside a table of one metric."""
+    own = [m for m in spec.get("metrics", []) if m in METRICS][:3]
+    if len(own) < 2:
+        own += ["test/acc", "test/nll"]
+    return [m for m in METRICS if m in own]
 
 
 def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
@@ -132,7 +146,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
     skipped = [x for x in ours if x not in exps]
     if not exps:  # nothing ran here: the paper's numbers alone, not empty axes
         return published_only(p, spec, path, [m for m in spec.get("metrics", []) if m in METRICS])
-    metrics = [m for m in METRICS if m in ("test/acc", "test/nll") or m in spec.get("metrics", [])]
+    metrics = curve_metrics(spec)
     methods = {x: [m for m in spec["methods"] if split_variant(m)[0] in experiment_config(p, x)["methods"]] for x in exps}
     families = list(dict.fromkeys(family_of(split_variant(m)[0]) for x in exps for m in methods[x]))
     data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
@@ -159,8 +173,17 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                     if h.empty:
                         continue
                     st = method_style(method)
-                    sns.lineplot(data=h, x="round", y="value", errorbar="sd", ax=ax, color=st["color"],
-                                 linestyle=st["ls"], linewidth=1.2, label=method)
+                    smooth = METRIC_INFO[metric].smooth
+                    if smooth > 1:  # a metric that jumps from round to round: each seed's running mean
+                        h = h.sort_values("round").assign(value=lambda d: d.groupby("seed")["value"].transform(
+                            lambda v: v.rolling(smooth, min_periods=1).mean()))
+                    if h["round"].nunique() == 1:  # evaluated at one round only (a sampled predictive): a marker
+                        v = h["value"]
+                        ax.errorbar(h["round"].iloc[:1], [v.mean()], yerr=[v.std() if len(v) > 1 else 0], fmt="D",
+                                    ms=5, color=st["color"], capsize=2.5, label=method)
+                    else:
+                        sns.lineplot(data=h, x="round", y="value", errorbar="sd", ax=ax, color=st["color"],
+                                     linestyle=st["ls"], linewidth=1.2, label=method)
                     mean = h.groupby("round")["value"].mean()
                     ends.append(float(mean.iloc[-1]))
                     values.append(mean[mean.index >= min(3, mean.index.max())].to_numpy())
@@ -181,12 +204,15 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                 if metric == "test/acc":
                     for target in spec.get("targets", {}).get(x, []):
                         ax.axhline(target, ls=":", lw=0.8, color="grey", gid="reference")
+                        ends.append(float(target))  # the axis keeps every target the table measures in view
                 lim = _limits(ends, np.concatenate(values) if values else np.array([]), metric)
                 if lim:
                     ax.set_ylim(*lim)
                 if ax.get_legend():
                     ax.get_legend().remove()
-                ax.set_title(f"{x} · {METRICS[metric][0]}" if i == 0 else "", fontsize=8)
+                smooth = METRIC_INFO[metric].smooth
+                ax.set_title(f"{x} · {METRICS[metric][0]}" + (f"\n({smooth}-round running mean)" if smooth > 1 else "")
+                             if i == 0 else "", fontsize=8)
                 ax.set_xlabel("round" if i == len(families) - 1 else "")
                 ax.set_ylabel(fam.split(" (")[0] if j == 0 else "", fontsize=8)
             handles, labels = {}, []

@@ -33,7 +33,6 @@ MEANING = {
     "diverged": "a seed's run diverged (NaN) before the cell's round",
     "not comparable": "no faithful substitute exists here; the published numbers are printed alone",
 }
-LOWER_IS_BETTER = ("nll", "ece", "brier")  # metric name endings; rounds-to-target cells too
 
 
 def _isnan(x) -> bool:
@@ -158,7 +157,10 @@ class ClaimResult:
 
 
 def higher_is_better(metric: str, statistic: str) -> bool:
-    return statistic != "rounds_to_target" and not metric.split("/")[-1].startswith(LOWER_IS_BETTER)
+    """A metric's direction (the metric registry); fewer rounds to a target are better."""
+    from fedbayes.eval.registry import metric as info
+
+    return statistic != "rounds_to_target" and info(metric).higher_is_better
 
 
 def _value(df: pd.DataFrame, experiment: str, method: str, metric: str, rnd, column: str):

@@ -16,13 +16,12 @@ import numpy as np
 import pandas as pd
 
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds, table_figures
+from fedbayes.eval.registry import METRICS as METRIC_INFO, PERCENT   # units and decimals: one registry
 from fedbayes.fileio import write_text_atomic
 from fedbayes.catalog import split_variant
 from fedbayes.reports.published import authors_code_value, published_rounds, published_value
 
-TAG_METRICS = ("test/precision", "test/recall", "test/micro_f1", "test/macro_f1")   # FedEP Table 3 (StackOverflow)
-PERCENT = {"test/acc", "local/acc", *TAG_METRICS}
-DIGITS = dict.fromkeys(TAG_METRICS, 2)   # as the paper prints them
+DIGITS = {name: m.digits for name, m in METRIC_INFO.items()}
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
 HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
 
