@@ -297,6 +297,10 @@ def test_every_method_has_one_colour_distinct_within_its_family():
     assert all(m in ms for m in METHOD_SPECS for ms in [sum(FAMILIES.values(), [])])
     # a method from outside the project is drawn on FedAvg's panels, not in a row of its own
     assert family_of("my_new_method") == family_of("fedavg")
+    from fedbayes.reports.figures import rows_of
+
+    assert set(rows_of(["fedavg", "fedivon@mean", "fedivon"]).values()) == {family_of("fedivon")}
+    assert rows_of(["fedavg", "fedprox", "fola"])["fedavg"] == family_of("fedavg")
     assert method_style("bayesadmm@mean") == {**method_style("bayesadmm"), "ls": "--"}
     assert method_style("my_new_method")["color"] == method_style("my_new_method")["color"]  # stable for outsiders
 
@@ -468,10 +472,13 @@ def test_a_one_point_line_without_a_marker_is_an_empty_plot_area():
     from fedbayes.reports.figures import empty_axes
 
     fig = Figure()
-    a, b = fig.subplots(1, 2)
+    a, b, c, d = fig.subplots(1, 4)
     a.plot([2000], [0.9])
     b.plot([2000], [0.9], marker="D")
-    assert empty_axes(fig) == ["axes 0"]
+    c.plot([1998, 2000], [0.9, 0.88])       # two points 2 rounds apart on a 2000-round axis: not seen
+    c.plot([0, 2000], [0.5, 0.5], gid="reference")
+    d.plot([0, 1000, 2000], [0.5, 0.7, 0.8])
+    assert empty_axes(fig) == ["axes 0", "axes 2"]
 
 
 def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):

@@ -28,6 +28,7 @@ from fedbayes.fileio import save_figure_atomic
 from fedbayes.runfiles import read_history, read_metrics
 
 MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
+SPARSE = 3     # a curve evaluated at this many rounds or fewer is drawn as markers (a line would not be seen)
 # (axis label, scale) of every metric the registry draws as a curve
 METRICS = {name: (m.axis_label, m.scale) for name, m in METRIC_INFO.items() if m.curve}
 
@@ -57,10 +58,19 @@ SPARE = ["#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a
 def empty_axes(fig: Figure) -> list[str]:
     """The titles (or positions) of the figure's visible axes that draw no data: no line with points,
     no scatter or error-bar collection, no bar, no image (grid lines, reference lines and text are not data)."""
+    def visible(ln, ax) -> bool:
+        """A line with markers, or one spanning at least 1 % of the x-axis (a line of one point, or over the
+        last 2 of 2000 rounds, is not seen)."""
+        x = np.asarray(ln.get_xdata(), dtype=float)
+        if not len(x) or ln.get_gid() == "reference":
+            return False
+        if ln.get_marker() not in (None, "None", "", " "):
+            return True
+        lo, hi = ax.get_xlim()
+        return np.nanmax(x) - np.nanmin(x) >= 0.01 * abs(hi - lo)
+
     def has_data(ax) -> bool:
-        # a line of one point is drawn only with a marker
-        lines = [ln for ln in ax.get_lines() if ln.get_gid() != "reference" and (
-            len(ln.get_xdata()) > 1 or (len(ln.get_xdata()) == 1 and ln.get_marker() not in (None, "None", "", " ")))]
+        lines = [ln for ln in ax.get_lines() if visible(ln, ax)]
         return bool(lines or [c for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())]
                     or [p for p in ax.patches if p.get_height() != 0] or ax.images)
     return [ax.get_title() or f"axes {i}" for i, ax in enumerate(fig.axes)
@@ -92,6 +102,18 @@ def method_style(name: str) -> dict:
 def family_of(base: str) -> str:
     """The family (row of panels) of a method; a method from outside the project is drawn with FedAvg."""
     return next((f for f, ms in FAMILIES.items() if base in ms), next(f for f, ms in FAMILIES.items() if "fedavg" in ms))
+
+
+def rows_of(methods: list[str]) -> dict[str, str]:
+    """The row of panels (family) of each of a figure's methods. FedAvg alone in its family, beside another
+    family, is drawn on that family's panels (FOLA's or FedIVON's baseline), not in a row of its own."""
+    row = {m: family_of(split_variant(m)[0]) for m in methods}
+    fams = list(dict.fromkeys(row.values()))
+    home = family_of("fedavg")
+    if len(fams) > 1 and {split_variant(m)[0] for m in methods if row[m] == home} == {"fedavg"}:
+        other = next(f for f in fams if f != home)
+        row = {m: other if f == home else f for m, f in row.items()}
+    return row
 
 
 def curve_metrics(spec: dict) -> list[str]:
@@ -148,7 +170,8 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
         return published_only(p, spec, path, [m for m in spec.get("metrics", []) if m in METRICS])
     metrics = curve_metrics(spec)
     methods = {x: [m for m in spec["methods"] if split_variant(m)[0] in experiment_config(p, x)["methods"]] for x in exps}
-    families = list(dict.fromkeys(family_of(split_variant(m)[0]) for x in exps for m in methods[x]))
+    row = rows_of([m for x in exps for m in methods[x]])
+    families = list(dict.fromkeys(row.values()))
     data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
     # a (experiment, metric) column no run recorded (an ECE the runs did not evaluate) is left out
     cols = [(x, metric) for x in exps for metric in metrics if any((data[(x, m)][1].metric == metric).any()
@@ -167,7 +190,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                 ax = axes[i][j]
                 e = experiment_config(p, x)
                 ends, values = [], []
-                for method in [m for m in methods[x] if family_of(split_variant(m)[0]) == fam]:
+                for method in [m for m in methods[x] if row[m] == fam]:
                     point, h = data[(x, method)]
                     h = h[h.metric == metric]
                     if h.empty:
@@ -177,10 +200,10 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                     if smooth > 1:  # a metric that jumps from round to round: each seed's running mean
                         h = h.sort_values("round").assign(value=lambda d: d.groupby("seed")["value"].transform(
                             lambda v: v.rolling(smooth, min_periods=1).mean()))
-                    if h["round"].nunique() == 1:  # evaluated at one round only (a sampled predictive): a marker
-                        v = h["value"]
-                        ax.errorbar(h["round"].iloc[:1], [v.mean()], yerr=[v.std() if len(v) > 1 else 0], fmt="D",
-                                    ms=5, color=st["color"], capsize=2.5, label=method)
+                    if h["round"].nunique() <= SPARSE:  # evaluated at a few rounds (a sampled predictive): markers
+                        g = h.groupby("round")["value"]
+                        ax.errorbar(g.mean().index, g.mean(), yerr=g.std().fillna(0), fmt="D", ms=5, color=st["color"],
+                                    mfc="white" if st["ls"] == "--" else st["color"], capsize=2.5, label=method)
                     else:
                         sns.lineplot(data=h, x="round", y="value", errorbar="sd", ax=ax, color=st["color"],
                                      linestyle=st["ls"], linewidth=1.2, label=method)
