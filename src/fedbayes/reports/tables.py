@@ -87,7 +87,7 @@ def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/a
 
 def best_over_rounds(history: pd.DataFrame, metric: str, rnd: int, variant: str = "", running: int = 1) -> float:
     """The best (largest) value of ``metric`` (its ``running`` average) over rounds 1..``rnd`` of a run's
-    history (FOLA's "best GA", spec 004 D12; the FedEP paper's best 100-round running average); needs
+    history (FOLA's "best GA", read as its code's best_acc; the FedEP paper's best 100-round running average); needs
     the metric evaluated every round (``eval_every`` 1)."""
     rounds, vals = _series(history, metric, variant, running)
     vals = vals[rounds <= rnd]
