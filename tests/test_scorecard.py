@@ -148,7 +148,7 @@ def test_scorecard_reads_in_two_minutes(repo, tmp_path, monkeypatch):
     text = (tmp_path / "README.md").read_text()
     top = text[:text.index("## Per paper")]
     assert "**152–158 of 194**" in top and "60 numbers are printed by both the BayesADMM and the FedLap paper" in top
-    assert "FedEP, FedIVON, FOLA have no compared cell here" in top
+    assert "FedEP, FedIVON and FOLA have no compared cell here" in top and "FedEP: methods run in the headline table only" in top
     assert "BayesADMM beats every FedLap-family baseline" in top and "fails on fmnist-dir-k100" in top
     blocks = text[text.index("## Per paper"):text.index("## Why cells")]
     assert blocks.count("- **Command:** `snakemake --cores all") == len({n.split("/")[0] if "/" in n else "" for n in p["tables"]})

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedbayes.catalog import split_variant
 from fedbayes.config import paths
 from fedbayes.fileio import load_yaml
 
@@ -279,7 +280,7 @@ def run_records(p: dict) -> list[Path]:
         for exp in spec.get("experiments", []):
             sweep = reports / "sweeps" / f"{exp}.csv"
             rows = pd.read_csv(sweep, usecols=["experiment", "method", "point"]) if sweep.exists() else table
-            for m in {m.split("@")[0] for m in spec.get("methods", [])}:
+            for m in {split_variant(m)[0] for m in spec.get("methods", [])}:
                 for point in set(rows[(rows.experiment == exp) & (rows.method == m)].point.astype(str)):
                     found.update((runs / exp / m / point).glob("seed*/run.json"))
     return sorted(found)
@@ -307,6 +308,11 @@ def _at(r) -> str:
     where = f"R{int(r['round'])}" if not _isnan(r.get("round")) else f"→{_fmt(r.get('target'), 0)}%"
     diff = f" ({'+' if r['diff'] >= 0 else '−'}{_fmt(abs(r['diff']))})" if not _isnan(r.get("diff")) else ""
     return f"{r.metric.split('/')[-1]} {where} {_fmt(r.ours_mean)} vs {_fmt(r.published_mean)}{diff}"
+
+
+def _and(names) -> str:
+    names = list(names)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def _tol(spec: dict) -> str:
@@ -379,6 +385,10 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     # --- in short
     no_cell = [pp for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"
                and sum(result[t][v] for t in names if paper_of(t) == pp for v in RAN) == 0]
+    with_sub = [pp for pp in no_cell if sum(len(subs[t]) for t in names if paper_of(t) == pp)]
+    headline_methods = {split_variant(m)[0] for t in names if paper_of(t) == "headline" for m in p["tables"][t]["methods"]}
+    in_headline = [pp for pp in no_cell if pp not in with_sub and headline_methods & {
+        split_variant(m)[0] for t in names if paper_of(t) == pp for m in p["tables"][t]["methods"]}]
     titles = {pp: load_paper(pp).get("title", pp) for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"}
     short_name = {pp: t.rsplit("(", 1)[-1].rstrip(")") if "(" in t else pp for pp, t in titles.items()}
     L += ["## In short", "",
@@ -391,10 +401,13 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
           f"- {n['not run (data unavailable)']} cells need datasets this machine cannot obtain, "
           f"{n['not comparable']} have no faithful substitute, {n['not run (other)']} are not run for another "
           "reason (the table row says which).",
-          f"- **{', '.join(short_name[pp] for pp in no_cell)} have no compared cell here**: every one of their "
-          "published cells needs data this machine cannot obtain (or has no faithful substitute); their tables "
-          "show our runs on a substitute dataset (Fashion-MNIST) with no published value to compare, and "
-          "their methods run in the headline table." if no_cell else "- Every paper has compared cells here.",
+          f"- **{_and(short_name[pp] for pp in no_cell)} have no compared cell here**: every one of their "
+          "published cells needs data this machine cannot obtain (or has no faithful substitute). "
+          + " ".join(filter(None, [
+              f"{_and(short_name[pp] for pp in with_sub)}: our runs on a substitute dataset (Fashion-MNIST), "
+              "with no published value to compare." if with_sub else "",
+              f"{_and(short_name[pp] for pp in in_headline)}: methods run in the headline table only."
+              if in_headline else ""])) if no_cell else "- Every paper has compared cells here.",
           "- Hardware and runtime: " + _runtime([json.loads(f.read_text()) for f in run_records(p)]) + ".", ""]
     failing = [(paper, claim, res) for paper, claim, res in claims if res.ours.startswith("does not hold")]
     if failing:
@@ -422,6 +435,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
                  for t in ts if result[t]["within tolerance"] + result[t]["outside tolerance"]]
         mine = [(cl, res) for paper, cl, res in claims if paper == pp]
         held = [cl["text"] for cl, res in mine if res.ours.startswith("holds")]
+        tested = [cl["text"] for cl, res in mine if not res.ours.startswith("not testable")]
         if got:
             L.append(f"- **Reproduces:** {c['within tolerance']} of {got} compared cells within tolerance "
                      f"({', '.join(per_t)})" + (f"; claims that hold on our numbers: {len(held)} of {len(mine)}" if mine else "") + ".")
@@ -433,7 +447,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         else:
             L.append("- **Reproduces / does not:** nothing compared — no published cell of this paper can be run "
                      "here" + (f"; our substitute runs hold {sub} cells without published values" if sub else "")
-                     + (f"; on the substitute, claims that hold: {len(held)} of {len(mine)}" if mine else "") + ".")
+                     + (f"; on the substitute, claims that hold: {len(held)} of {len(tested)}" if tested else
+                        "; its claims cannot be tested here" if mine else "") + ".")
         missing = sorted({d for t in ts for d in map(_dataset_of, cells[(cells.table == t) & (cells.verdict ==
                           "not run (data unavailable)")].status) if d})
         rest = [f"{c['not run (data unavailable)']} need datasets not obtainable here ({', '.join(missing)})"
