@@ -2,7 +2,8 @@
 
 One colour per method across every figure of the project (``method_style``); a prediction variant
 (``bayesadmm@mean``) keeps its method's colour with a dashed line. Learning curves: a row of panels per
-method family, a column per (experiment, metric), mean ± std over seeds (seaborn), the published
+method family, a column per (experiment, metric), mean ± std over seeds (seaborn; a metric the registry
+smooths, ECE, as a running mean without the band), the published
 values as filled markers with error bars in the method's colour, one legend per row outside the axes,
 axis limits that keep every curve's end in view. Reliability diagrams: per method, the final round's
 15 confidence bins pooled over seeds (from metrics.json), with the ECE. A table none of whose experiments
@@ -205,8 +206,9 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                         ax.errorbar(g.mean().index, g.mean(), yerr=g.std().fillna(0), fmt="D", ms=5, color=st["color"],
                                     mfc="white" if st["ls"] == "--" else st["color"], capsize=2.5, label=method)
                     else:
-                        sns.lineplot(data=h, x="round", y="value", errorbar="sd", ax=ax, color=st["color"],
-                                     linestyle=st["ls"], linewidth=1.2, label=method)
+                        # a smoothed metric without the seed band: its bands overlap into a tangle
+                        sns.lineplot(data=h, x="round", y="value", errorbar="sd" if smooth == 1 else None, ax=ax,
+                                     color=st["color"], linestyle=st["ls"], linewidth=1.2, label=method)
                     mean = h.groupby("round")["value"].mean()
                     ends.append(float(mean.iloc[-1]))
                     values.append(mean[mean.index >= min(3, mean.index.max())].to_numpy())
@@ -234,7 +236,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                 if ax.get_legend():
                     ax.get_legend().remove()
                 smooth = METRIC_INFO[metric].smooth
-                ax.set_title(f"{x} · {METRICS[metric][0]}" + (f"\n({smooth}-round running mean)" if smooth > 1 else "")
+                ax.set_title(f"{x} · {METRICS[metric][0]}" + (f"\n({smooth}-round running mean, no seed band)" if smooth > 1 else "")
                              if i == 0 else "", fontsize=8)
                 ax.set_xlabel("round" if i == len(families) - 1 else "")
                 ax.set_ylabel(fam.split(" (")[0] if j == 0 else "", fontsize=8)
