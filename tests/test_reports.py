@@ -278,7 +278,9 @@ def test_selection_on_the_mean_over_seeds(table_params, tmp_path):
     by = {c["point"]: c for c in sel["candidates"]}
     assert by["local_epochs=1"]["per_seed"] == pytest.approx([90.0, 50.0, 50.0])
     assert by["local_epochs=1"]["value"] == pytest.approx(190 / 3)
-    assert "mean over seeds" in sweep_frame(p, exp, ["fedavg"]).criterion.iloc[0]
+    df = sweep_frame(p, exp, ["fedavg"])
+    assert "mean over 3 seeds" in df.criterion.iloc[0]     # the seeds read, counted
+    assert df[df.selected].pick.iloc[0].startswith("ahead of local_epochs=5 by ")
 
 
 def test_every_method_has_one_colour_distinct_within_its_family():
@@ -287,10 +289,19 @@ def test_every_method_has_one_colour_distinct_within_its_family():
     from fedbayes.catalog import METHOD_VARIANTS
     from fedbayes.reports.figures import FAMILIES, family_of, method_style
 
-    for fam, members in FAMILIES.items():
-        colours = [method_style(m)["color"] for m in members if m in METHOD_VARIANTS and m not in ("fedep", "fedsep")]
-        assert len(set(colours)) == len(colours), fam
-    assert all(family_of(m) != "other methods" for m in METHOD_VARIANTS)
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.reports.figures import COLORS, SPARE
+
+    colours = [method_style(m)["color"] for m in METHOD_SPECS]     # no two methods alike (fedadmm was fedpa's)
+    assert len(set(colours)) == len(colours) and not set(SPARE) & set(COLORS.values())
+    assert set(COLORS) == set(METHOD_SPECS)
+    assert all(m in ms for m in METHOD_SPECS for ms in [sum(FAMILIES.values(), [])])
+    # a method from outside the project is drawn on FedAvg's panels, not in a row of its own
+    assert family_of("my_new_method") == family_of("fedavg")
+    from fedbayes.reports.figures import rows_of
+
+    assert set(rows_of(["fedavg", "fedivon@mean", "fedivon"]).values()) == {family_of("fedivon")}
+    assert rows_of(["fedavg", "fedprox", "fola"])["fedavg"] == family_of("fedavg")
     assert method_style("bayesadmm@mean") == {**method_style("bayesadmm"), "ls": "--"}
     assert method_style("my_new_method")["color"] == method_style("my_new_method")["color"]  # stable for outsiders
 
@@ -432,3 +443,60 @@ def test_dvc_plots_draw_no_false_zeros(repo):
     page = (repo / ".dvc" / cfg['plots']['html_template'].strip()).read_text()
     assert "{plot_divs}" in page and "{scripts}" not in page and "<script src=" not in page
     assert "vegaEmbed" in page
+
+
+def test_selection_says_when_its_pick_is_within_noise():
+    """A pick by 0.03 points on one seed, or by less than the spread over seeds, is called within noise;
+    the criterion names the seeds it read ("mean over seeds" was written for one seed)."""
+    from fedbayes.reports.selection import pick_note
+
+    crit = {"metric": "test/acc", "statistic": "mean_last3", "round": 50, "mode": "max"}
+    one = {"point": "b", "criterion": crit, "candidates": [{"point": "a", "value": 80.00}, {"point": "b", "value": 80.03}]}
+    assert pick_note(one, 1, 0.4) == ("within noise: ahead of a by 0.03 on one seed, less than the median spread "
+                                      "over seeds measured in this experiment (std 0.40)")
+    assert pick_note(one, 1, None) == "ahead of a by 0.03 on one seed (no spread over seeds measured in this experiment)"
+    big = {**one, "candidates": [{"point": "a", "value": 74.0}, {"point": "b", "value": 80.0}]}
+    assert pick_note(big, 1, 0.4) == "ahead of a by 6.00 on one seed"
+    three = {"point": "b", "criterion": crit, "candidates": [{"point": "a", "value": 79.9, "per_seed": [79, 80, 80.7]},
+                                                             {"point": "b", "value": 80.0, "per_seed": [79, 80, 81]}]}
+    assert pick_note(three, 3, None).startswith("within noise: ahead of a by 0.10, less than its spread over 3 seeds")
+    assert pick_note({**three, "criterion": {**crit, "mode": "min"}, "point": "a"}, 3, None).startswith(
+        "within noise: ahead of b by 0.10")
+    assert pick_note({**one, "candidates": one["candidates"][1:]}, 1, None) == "only candidate"
+
+
+def test_a_one_point_line_without_a_marker_is_an_empty_plot_area():
+    """A curve evaluated at one round only (FedIVON's sampled predictive at round 2000) drew an invisible
+    one-point line, listed in the legend and never seen; empty_axes counts it as no data."""
+    from matplotlib.figure import Figure
+
+    from fedbayes.reports.figures import empty_axes
+
+    fig = Figure()
+    a, b, c, d = fig.subplots(1, 4)
+    a.plot([2000], [0.9])
+    b.plot([2000], [0.9], marker="D")
+    c.plot([1998, 2000], [0.9, 0.88])       # two points 2 rounds apart on a 2000-round axis: not seen
+    c.plot([0, 2000], [0.5, 0.5], gid="reference")
+    d.plot([0, 1000, 2000], [0.5, 0.7, 0.8])
+    assert empty_axes(fig) == ["axes 0", "axes 2"]
+
+
+def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):
+    """FedIVON Table 2's figure draws its table's OOD AUROC (it drew accuracy and NLL); a table of one
+    metric gets accuracy and NLL; the units and directions are the registry's."""
+    from fedbayes.eval.registry import PERCENT, metric
+    from fedbayes.reports.figures import curve_metrics
+    from fedbayes.reports.scorecard import higher_is_better
+
+    p = read_params(repo)
+    assert curve_metrics(p["tables"]["fedivon/table2"]) == ["ood/auroc_entropy", "ood/auroc_maxprob"]
+    assert curve_metrics(p["tables"]["fedlap/table1"]) == ["test/acc", "test/nll"]
+    assert curve_metrics(p["tables"]["table1"]) == ["test/acc", "test/nll", "test/ece"]
+    assert curve_metrics(p["tables"]["fola/table2"]) == ["test/acc", "local/acc"]
+    assert PERCENT == {"test/acc", "local/acc", "test/precision", "test/recall", "test/micro_f1", "test/macro_f1"}
+    assert metric("final/mean/test/acc").axis_label == "accuracy (%)" and metric("test/nll").unit == "nats"
+    assert not higher_is_better("test/brier", "final") and higher_is_better("ood/auroc_entropy", "final")
+    assert not higher_is_better("test/acc", "rounds_to_target")
+    with pytest.raises(KeyError, match="test/f2"):
+        metric("test/f2")

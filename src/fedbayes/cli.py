@@ -332,55 +332,59 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def with_params(sp):
-        sp.add_argument("--params", default="params.yaml")
+        sp.add_argument("--params", default="params.yaml", help="the parameters file (default: %(default)s)")
         sp.add_argument("--scale", choices=["paper", "smoke", "rehearsal"], default=None,
-                        help="override params.yaml's scale (rehearsal: the smoke DAG on stand-in data)")
+                        help="override params.yaml's scale: paper, smoke (the shrunk DAG) or rehearsal (the smoke DAG on "
+                             "stand-in data) (default: params.yaml's `scale`)")
         return sp
 
-    sp = with_params(sub.add_parser("validate", help="check params.yaml against the schema"))
+    sp = with_params(sub.add_parser("validate", help="check params.yaml against the schema and the known methods; exit 1 on an error"))
     sp.set_defaults(fn=cmd_validate)
 
     sp = sub.add_parser("methods", help="the known methods; with a key, its hyperparameters and code defaults")
-    sp.add_argument("method", nargs="?")
+    sp.add_argument("method", nargs="?", help="a method key (fedavg, bayesadmm@mean, ...); without one, list them all")
     sp.set_defaults(fn=cmd_methods)
 
     sp = sub.add_parser("data", help="fetch and verify datasets into data/raw/<name>/")
-    sp.add_argument("names", nargs="+")
+    sp.add_argument("names", nargs="+", help="dataset names (fmnist, mnist, cifar10, ...)")
     sp.add_argument("--root", help="where to put them (default data/raw; with --stand-in data/raw-stand-in/SIZE)")
     sp.add_argument("--stand-in", choices=["tiny", "paper"], metavar="SIZE",
                     help="generate stand-in files in the dataset's real format (tiny or paper size; deterministic) "
                          "and fetch them by the real code, verified against their own checksums: to rehearse "
                          "the pipeline without the real data, never a result")
-    sp.add_argument("--no-download", action="store_true", help="use local mirrors only")
+    sp.add_argument("--no-download", action="store_true", help="use local mirrors only (FEDBAYES_DATA_MIRRORS; default: "
+                    "download when a mirror has no copy)")
     sp.add_argument("--status", help="write whether the dataset could be obtained to this JSON file and "
                                      "exit 0 either way (how the DAG records data availability)")
     sp.set_defaults(fn=cmd_data)
 
     sp = with_params(sub.add_parser("partition", help="split one experiment's data into clients for one seed"))
-    sp.add_argument("--experiment", required=True)
-    sp.add_argument("--seed", type=int, required=True)
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--figure")
+    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--seed", type=int, required=True, help="the run seed the split is drawn for")
+    sp.add_argument("--out", required=True, help="the partition file (.npz: client index lists)")
+    sp.add_argument("--figure", help="also draw the clients' class mix to this PNG (default: no figure)")
     sp.set_defaults(fn=cmd_partition)
 
-    sp = with_params(sub.add_parser("train", help="run one (experiment, method, seed)"))
-    sp.add_argument("--experiment", required=True)
-    sp.add_argument("--method", required=True)
-    sp.add_argument("--point", default="default", help="sweep point id (see params.yaml methods.<m>.sweep)")
-    sp.add_argument("--seed", type=int, required=True)
-    sp.add_argument("--partition", required=True)
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--threads", type=int, default=0, help="intra-op threads (0: PyTorch's default)")
+    sp = with_params(sub.add_parser("train", help="run one (experiment, method, sweep point, seed): history.csv, "
+                                    "predictions, run.json"))
+    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--method", required=True, help="a method of that experiment (`fedbayes methods` lists them)")
+    sp.add_argument("--point", default="default", help="sweep point id, e.g. local_epochs=5 (params.yaml "
+                    "methods.<m>.sweep; default: %(default)s, the method without a sweep)")
+    sp.add_argument("--seed", type=int, required=True, help="the run seed")
+    sp.add_argument("--partition", required=True, help="the seed's partition file (fedbayes partition)")
+    sp.add_argument("--out", required=True, help="the run directory (results/runs/<experiment>/<method>/<point>/seed<k>)")
+    sp.add_argument("--threads", type=int, default=0, help="intra-op threads (default: %(default)s, PyTorch's own)")
     sp.set_defaults(fn=cmd_train)
 
     sp = sub.add_parser("evaluate", help="metrics.json from a run's saved predictions")
-    sp.add_argument("run_dir")
+    sp.add_argument("run_dir", help="a finished run's directory (fedbayes train --out)")
     sp.set_defaults(fn=cmd_evaluate)
 
     sp = sub.add_parser("replay", help="retrain a finished run's first rounds and compare them bit for bit")
-    sp.add_argument("run_dirs", nargs="+")
-    sp.add_argument("--rounds", type=int, default=1, help="replay rounds 0..ROUNDS (default: 1)")
-    sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data)")
+    sp.add_argument("run_dirs", nargs="+", help="finished runs' directories")
+    sp.add_argument("--rounds", type=int, default=1, help="how many first rounds to retrain (default: %(default)s)")
+    sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data; default: %(default)s)")
     sp.add_argument("--record", action="store_true",
                     help="record an identical replay in the run's run.json (\"replayed\"; a clean checkout only): "
                          "the provenance of a run trained from a modified tree or before run.json recorded its code")
@@ -388,19 +392,20 @@ def main(argv=None) -> None:
 
     sp = sub.add_parser("numerics-check", help="replay a method's numerics golden; record the code it holds for "
                                                "(the workflow runs it when the code changed since the last check)")
-    sp.add_argument("method")
-    sp.add_argument("--goldens", default="tests/golden/numerics", help="the committed numerics goldens")
+    sp.add_argument("method", help="a method key")
+    sp.add_argument("--goldens", default="tests/golden/numerics", help="the committed numerics goldens "
+                    "(default: %(default)s)")
     sp.add_argument("--record", required=True, help="the check's record (work/numerics/<method>.json)")
     sp.add_argument("--hparams", help="JSON: a run's hyperparameters, for a method without a committed golden")
     sp.set_defaults(fn=cmd_numerics_check)
 
-    sp = with_params(sub.add_parser("table", help="build a table (ours vs published)"))
-    sp.add_argument("table")
-    sp.add_argument("--out", required=True)
+    sp = with_params(sub.add_parser("table", help="build a table (ours vs published): its CSV, .md and figures"))
+    sp.add_argument("table", help="a table of params.yaml `tables` (table1, fedlap/table1, ...)")
+    sp.add_argument("--out", required=True, help="the table's CSV (reports/<table>.csv); the .md and figures go beside it")
     sp.set_defaults(fn=cmd_table)
 
     sp = with_params(sub.add_parser("scorecard", help="reports/README.md: which published cells reproduce, the papers' claims"))
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True, help="the scorecard's Markdown file (reports/README.md)")
     sp.set_defaults(fn=cmd_scorecard)
 
     sp = with_params(sub.add_parser("headline", help="DVC metrics and plots of the headline table (params.yaml headline)"))
@@ -411,36 +416,38 @@ def main(argv=None) -> None:
 
     sp = with_params(sub.add_parser("rehearsal-summary", help="what a rehearsal (scale rehearsal) ran: every "
                                     "experiment × method on stand-in data"))
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True, help="the summary's Markdown file (reports/rehearsal/summary.md)")
     sp.set_defaults(fn=cmd_rehearsal_summary)
 
     sp = with_params(sub.add_parser("toy", help="a data-free reproduction target (params.yaml toys), e.g. fedep/table4"))
-    sp.add_argument("name")
-    sp.add_argument("--out", required=True)
+    sp.add_argument("name", help="a toy of params.yaml `toys` (fedep/table4, bayesadmm/figures)")
+    sp.add_argument("--out", required=True, help="its CSV (reports/<name>.csv); the .md and figures go beside it")
     sp.set_defaults(fn=cmd_toy)
 
     sp = with_params(sub.add_parser("select", help="pick a method's sweep point by params.yaml `selection`"))
-    sp.add_argument("--experiment", required=True)
-    sp.add_argument("--method", required=True)
-    sp.add_argument("--out")
+    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--method", required=True, help="a method of that experiment")
+    sp.add_argument("--out", help="the selection JSON (default: results/runs/<experiment>/<method>/selected.json)")
     sp.set_defaults(fn=cmd_select)
 
-    sp = with_params(sub.add_parser("sweep-report", help="every sweep point of an experiment, with the selection"))
-    sp.add_argument("--experiment", required=True)
-    sp.add_argument("--out", required=True)
+    sp = with_params(sub.add_parser("sweep-report", help="every sweep point of an experiment, with the selection and "
+                                    "how clearly it won"))
+    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--out", required=True, help="the report's CSV (reports/sweeps/<experiment>.csv)")
     sp.set_defaults(fn=cmd_sweep_report)
 
     sp = with_params(sub.add_parser("track", help="import runs into MLflow (idempotent)"))
-    sp.add_argument("--experiment", required=True)
-    sp.add_argument("--method", required=True)
-    sp.add_argument("--point", default="default")
-    sp.add_argument("--seed", type=int)
+    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--method", required=True, help="a method of that experiment")
+    sp.add_argument("--point", default="default", help="the run's sweep point (default: %(default)s)")
+    sp.add_argument("--seed", type=int, help="the run's seed (with --run-dir)")
     sp.add_argument("--selected", help="the (experiment, method) selection JSON; tags the run selected=true/false")
-    sp.add_argument("--run-dir")
-    sp.add_argument("--partition-figure")
+    sp.add_argument("--run-dir", help="one run to import (else every --run)")
+    sp.add_argument("--partition-figure", help="the run's partition figure, logged as an artifact")
     sp.add_argument("--run", nargs=4, action="append", metavar=("POINT", "SEED", "RUN_DIR", "FIGURE"),
                     help="a run of this (experiment, method) to import (repeatable; FIGURE may be '')")
-    sp.add_argument("--marker")
+    sp.add_argument("--marker", help="write the store and a line per imported MLflow run (id, point, seed, content hash) to this file "
+                    "(the workflow's record of the import)")
     sp.set_defaults(fn=cmd_track)
 
     args = ap.parse_args(argv)

@@ -66,8 +66,8 @@ from urllib.parse import urlparse
 
 from fedbayes.catalog import METHOD_VARIANTS, recorded_defaults
 from fedbayes.config import experiment_config, paths, stand_in_size, table_figures
+from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.fileio import exclusive_lock, write_text_atomic
-from fedbayes.reports.cells import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
 from fedbayes.runpaths import run_dir, selected_file
 

@@ -144,6 +144,7 @@ for _toy in config.get("toys", {}):
 # The reproduction scorecard: every table's published cells counted by verdict, the causes of the cells
 # outside tolerance (params `scorecard.causes`) and the papers' claims (papers/<paper>.yaml) checked.
 _SC = config.get("scorecard", {})
+SCORECARD = f"{REPORTS}/README.md"
 
 rule scorecard:
     input:
@@ -151,8 +152,9 @@ rule scorecard:
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
         code=fixed(code("reports/scorecard.py", "papers", "published.py")),
-    output:
-        f"{REPORTS}/README.md",
+    output:  # in Snakemake's report, its own category (once built: see in_report)
+        report(SCORECARD, caption="../report/scorecard.rst", category="Reproduction scorecard",
+               labels={"file": "README.md"}) if Path(SCORECARD).exists() else SCORECARD,
     params:
         spec=json.dumps(_SC, sort_keys=True),
         code=code_hash(code("reports/scorecard.py", "papers", "published.py")),

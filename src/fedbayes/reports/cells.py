@@ -18,10 +18,9 @@ if TYPE_CHECKING:   # annotations only: the MLflow importer reads PERCENT withou
     import pandas as pd
 
 from fedbayes.config import experiment_config, paths
+from fedbayes.eval.registry import METRICS, PERCENT
 
-TAG_METRICS = ("test/precision", "test/recall", "test/micro_f1", "test/macro_f1")   # FedEP Table 3 (StackOverflow)
-PERCENT = {"test/acc", "local/acc", *TAG_METRICS}
-DIGITS = dict.fromkeys(TAG_METRICS, 2)   # as the paper prints them
+DIGITS = {name: m.digits for name, m in METRICS.items()}   # decimals a table prints (the metric registry)
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
 HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
 

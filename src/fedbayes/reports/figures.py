@@ -2,7 +2,8 @@
 
 One colour per method across every figure of the project (``method_style``); a prediction variant
 (``bayesadmm@mean``) keeps its method's colour with a dashed line. Learning curves: a row of panels per
-method family, a column per (experiment, metric), mean ± std over seeds (seaborn), the published
+method family, a column per (experiment, metric), mean ± std over seeds (seaborn; a metric the registry
+smooths, ECE, as a running mean without the band), the published
 values as filled markers with error bars in the method's colour, one legend per row outside the axes,
 axis limits that keep every curve's end in view. Reliability diagrams: per method, the final round's
 15 confidence bins pooled over seeds (from metrics.json), with the ECE. A table none of whose experiments
@@ -23,6 +24,7 @@ from matplotlib.figure import Figure
 
 from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.eval.registry import METRICS as METRIC_INFO
 from fedbayes.fileio import save_figure_atomic
 from fedbayes.published import published_rounds, published_row, published_value
 from fedbayes.reports.cells import experiment_status
@@ -31,9 +33,11 @@ from fedbayes.runfiles import read_history, read_metrics
 from fedbayes.runpaths import run_dir
 
 MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
-METRICS = {"test/acc": ("accuracy (%)", 100.0), "test/nll": ("NLL (nats)", 1.0), "test/ece": ("ECE", 1.0)}
+SPARSE = 3     # a curve evaluated at this many rounds or fewer is drawn as markers (a line would not be seen)
+# (axis label, scale) of every metric the registry draws as a curve
+METRICS = {name: (m.axis_label, m.scale) for name, m in METRIC_INFO.items() if m.curve}
 
-# Families: a row of panels each (a method not listed here gets the row "other methods").
+# Families: a row of panels each (a method not listed here, from outside the project, is drawn with FedAvg's).
 FAMILIES = {
     "FedLap paper (Adam baselines and FedLap)": ["fedavg", "fedprox", "fedadmm", "feddyn", "fedlap", "fedlap_cov",
                                                  "fedlap_func"],
@@ -42,25 +46,36 @@ FAMILIES = {
                                         "fedep_v", "fedsep_i", "fedsep_m", "fedsep_l", "fedsep_v"],
     "online Laplace and FOLA's baselines (SGD)": ["fola", "fedcurv", "scaffold", "fednova", "fedbe"],
 }
-# Colours: one per method across every figure of the project, distinct within each family's panels; a
-# method from outside the project takes a colour from the spare list (by its name, so it is stable).
+# Colours: the one table of them, one per method across every figure of the project, no two methods alike;
+# a method from outside the project takes a colour from the spare list (by its name, so it is stable).
 COLORS = {
     "fedavg": "#1f77b4", "fedprox": "#ff7f0e", "feddyn": "#2ca02c", "fedlap": "#d62728", "fedlap_cov": "#9467bd",
-    "fedlap_func": "#8c564b", "fedadmm": "#bcbd22",
+    "fedlap_func": "#8c564b", "fedadmm": "#393b79",
     "bayesadmm": "#e7298a", "fedivon": "#1b9e77",
-    "fedavgm": "#666666", "fedpa": "#bcbd22", "fedep": "#17becf", "fedsep": "#7570b3",
+    "fedavgm": "#666666", "fedpa": "#bcbd22", "fedep": "#08519c", "fedsep": "#54278f",
     "fedep_i": "#17becf", "fedep_m": "#9edae5", "fedep_l": "#0e6f7a", "fedep_v": "#6baed6",
     "fedsep_i": "#7570b3", "fedsep_m": "#c5b0d5", "fedsep_l": "#3f3a7a", "fedsep_v": "#b07aa1",
     "fola": "#d95f02", "fedcurv": "#e6ab02", "scaffold": "#66a61e", "fednova": "#a6761d", "fedbe": "#7f7f7f",
 }
-SPARE = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+SPARE = ["#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#ce6dbd"]
 
 
 def empty_axes(fig: Figure) -> list[str]:
     """The titles (or positions) of the figure's visible axes that draw no data: no line with points,
     no scatter or error-bar collection, no bar, no image (grid lines, reference lines and text are not data)."""
+    def visible(ln, ax) -> bool:
+        """A line with markers, or one spanning at least 1 % of the x-axis (a line of one point, or over the
+        last 2 of 2000 rounds, is not seen)."""
+        x = np.asarray(ln.get_xdata(), dtype=float)
+        if not len(x) or ln.get_gid() == "reference":
+            return False
+        if ln.get_marker() not in (None, "None", "", " "):
+            return True
+        lo, hi = ax.get_xlim()
+        return np.nanmax(x) - np.nanmin(x) >= 0.01 * abs(hi - lo)
+
     def has_data(ax) -> bool:
-        lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 0 and ln.get_gid() != "reference"]
+        lines = [ln for ln in ax.get_lines() if visible(ln, ax)]
         return bool(lines or [c for c in ax.collections if len(c.get_offsets()) or len(c.get_paths())]
                     or [p for p in ax.patches if p.get_height() != 0] or ax.images)
     return [ax.get_title() or f"axes {i}" for i, ax in enumerate(fig.axes)
@@ -90,7 +105,29 @@ def method_style(name: str) -> dict:
 
 
 def family_of(base: str) -> str:
-    return next((f for f, ms in FAMILIES.items() if base in ms), "other methods")
+    """The family (row of panels) of a method; a method from outside the project is drawn with FedAvg."""
+    return next((f for f, ms in FAMILIES.items() if base in ms), next(f for f, ms in FAMILIES.items() if "fedavg" in ms))
+
+
+def rows_of(methods: list[str]) -> dict[str, str]:
+    """The row of panels (family) of each of a figure's methods. FedAvg alone in its family, beside another
+    family, is drawn on that family's panels (FOLA's or FedIVON's baseline), not in a row of its own."""
+    row = {m: family_of(split_variant(m)[0]) for m in methods}
+    fams = list(dict.fromkeys(row.values()))
+    home = family_of("fedavg")
+    if len(fams) > 1 and {split_variant(m)[0] for m in methods if row[m] == home} == {"fedavg"}:
+        other = next(f for f in fams if f != home)
+        row = {m: other if f == home else f for m, f in row.items()}
+    return row
+
+
+def curve_metrics(spec: dict) -> list[str]:
+    """The metrics a table's learning curves draw, in the registry's order: the table's own (at most three,
+    in its order), with accuracy and NLL beside a table of one metric."""
+    own = [m for m in spec.get("metrics", []) if m in METRICS][:3]
+    if len(own) < 2:
+        own += ["test/acc", "test/nll"]
+    return [m for m in METRICS if m in own]
 
 
 def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
@@ -132,9 +169,10 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
     skipped = [x for x in ours if x not in exps]
     if not exps:  # nothing ran here: the paper's numbers alone, not empty axes
         return published_only(p, spec, path, [m for m in spec.get("metrics", []) if m in METRICS])
-    metrics = [m for m in METRICS if m in ("test/acc", "test/nll") or m in spec.get("metrics", [])]
+    metrics = curve_metrics(spec)
     methods = {x: [m for m in spec["methods"] if split_variant(m)[0] in experiment_config(p, x)["methods"]] for x in exps}
-    families = list(dict.fromkeys(family_of(split_variant(m)[0]) for x in exps for m in methods[x]))
+    row = rows_of([m for x in exps for m in methods[x]])
+    families = list(dict.fromkeys(row.values()))
     data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
     # a (experiment, metric) column no run recorded (an ECE the runs did not evaluate) is left out
     cols = [(x, metric) for x in exps for metric in metrics if any((data[(x, m)][1].metric == metric).any()
@@ -153,14 +191,24 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                 ax = axes[i][j]
                 e = experiment_config(p, x)
                 ends, values = [], []
-                for method in [m for m in methods[x] if family_of(split_variant(m)[0]) == fam]:
+                for method in [m for m in methods[x] if row[m] == fam]:
                     point, h = data[(x, method)]
                     h = h[h.metric == metric]
                     if h.empty:
                         continue
                     st = method_style(method)
-                    sns.lineplot(data=h, x="round", y="value", errorbar="sd", ax=ax, color=st["color"],
-                                 linestyle=st["ls"], linewidth=1.2, label=method)
+                    smooth = METRIC_INFO[metric].smooth
+                    if smooth > 1:  # a metric that jumps from round to round: each seed's running mean
+                        h = h.sort_values("round").assign(value=lambda d: d.groupby("seed")["value"].transform(
+                            lambda v: v.rolling(smooth, min_periods=1).mean()))
+                    if h["round"].nunique() <= SPARSE:  # evaluated at a few rounds (a sampled predictive): markers
+                        g = h.groupby("round")["value"]
+                        ax.errorbar(g.mean().index, g.mean(), yerr=g.std().fillna(0), fmt="D", ms=5, color=st["color"],
+                                    mfc="white" if st["ls"] == "--" else st["color"], capsize=2.5, label=method)
+                    else:
+                        # a smoothed metric without the seed band: its bands overlap into a tangle
+                        sns.lineplot(data=h, x="round", y="value", errorbar="sd" if smooth == 1 else None, ax=ax,
+                                     color=st["color"], linestyle=st["ls"], linewidth=1.2, label=method)
                     mean = h.groupby("round")["value"].mean()
                     ends.append(float(mean.iloc[-1]))
                     values.append(mean[mean.index >= min(3, mean.index.max())].to_numpy())
@@ -181,12 +229,15 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                 if metric == "test/acc":
                     for target in spec.get("targets", {}).get(x, []):
                         ax.axhline(target, ls=":", lw=0.8, color="grey", gid="reference")
+                        ends.append(float(target))  # the axis keeps every target the table measures in view
                 lim = _limits(ends, np.concatenate(values) if values else np.array([]), metric)
                 if lim:
                     ax.set_ylim(*lim)
                 if ax.get_legend():
                     ax.get_legend().remove()
-                ax.set_title(f"{x} · {METRICS[metric][0]}" if i == 0 else "", fontsize=8)
+                smooth = METRIC_INFO[metric].smooth
+                ax.set_title(f"{x} · {METRICS[metric][0]}" + (f"\n({smooth}-round running mean, no seed band)" if smooth > 1 else "")
+                             if i == 0 else "", fontsize=8)
                 ax.set_xlabel("round" if i == len(families) - 1 else "")
                 ax.set_ylabel(fam.split(" (")[0] if j == 0 else "", fontsize=8)
             handles, labels = {}, []

@@ -24,7 +24,8 @@ import pandas as pd
 from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
-from fedbayes.reports.cells import PERCENT, experiment_status
+from fedbayes.eval.registry import PERCENT
+from fedbayes.reports.cells import experiment_status
 from fedbayes.reports.selection import selected_point
 from fedbayes.runpaths import run_dir
 

@@ -13,15 +13,19 @@ the metric at round r on experiments X, Y".
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from fedbayes.catalog import split_variant
 from fedbayes.config import ConfigError, paths, stand_in_size, table_figures
+from fedbayes.eval.registry import metric as metric_info
 from fedbayes.fileio import load_yaml, write_text_atomic
 from fedbayes.published import load_paper
+from fedbayes.runpaths import run_dir
 
 VERDICTS = ("within tolerance", "outside tolerance", "no tolerance set", "not run (data unavailable)",
             "not run (other)", "diverged", "not comparable")
@@ -34,7 +38,6 @@ MEANING = {
     "diverged": "a seed's run diverged (NaN) before the cell's round",
     "not comparable": "no faithful substitute exists here; the published numbers are printed alone",
 }
-LOWER_IS_BETTER = ("nll", "ece", "brier")  # metric name endings; rounds-to-target cells too
 
 
 def _isnan(x) -> bool:
@@ -154,13 +157,18 @@ class ClaimResult:
     checks: list[Check] = field(default_factory=list)
 
     def _overall(self, states: list[str]) -> str:
-        """all (default): holds on every experiment tested; most: on more than half of them."""
-        tested = [s for s in states if s in ("holds", "does not hold")]
+        """all (default): holds on every experiment tested; most: on more than half of them. The text
+        names the experiments it fails on, so "does not hold" is never read as a count of successes."""
+        tested = [(c.experiment, s) for c, s in zip(self.checks, states) if s in ("holds", "does not hold")]
         if not tested:
             return "not testable here"
-        held = tested.count("holds")
-        ok = held > len(tested) / 2 if self.claim.get("quantifier") == "most" else held == len(tested)
-        return ("holds" if ok else "does not hold") + f" ({held} of {len(tested)})"
+        failed = [e for e, s in tested if s == "does not hold"]
+        held, n = len(tested) - len(failed), len(tested)
+        most = self.claim.get("quantifier") == "most"
+        if (held > n / 2) if most else not failed:
+            return (f"holds on {held} of {n} tested experiments (the claim says usually)" if most
+                    else f"holds on all {n} tested experiment" + ("s" if n > 1 else ""))
+        return f"does not hold: fails on {', '.join(failed)} (holds on {held} of {n} tested)"
 
     @property
     def ours(self) -> str:
@@ -172,7 +180,9 @@ class ClaimResult:
 
 
 def higher_is_better(metric: str, statistic: str) -> bool:
-    return statistic != "rounds_to_target" and not metric.split("/")[-1].startswith(LOWER_IS_BETTER)
+    """A metric's direction (the metric registry); fewer rounds to a target are better."""
+
+    return statistic != "rounds_to_target" and metric_info(metric).higher_is_better
 
 
 def _value(df: pd.DataFrame, experiment: str, method: str, metric: str, rnd, column: str):
@@ -247,6 +257,87 @@ def _cause_of(causes: list[dict], row: dict) -> dict | None:
     return None
 
 
+RAN = ("within tolerance", "outside tolerance")
+CELL_KEY = ("experiment", "method", "metric", "round", "target", "statistic")
+
+
+def _cell_key(r) -> str:
+    return str(tuple(None if _isnan(r.get(k)) else r.get(k) for k in CELL_KEY))
+
+
+def per_number(dist: pd.DataFrame) -> tuple[int, int, int, dict]:
+    """(numbers, within on every table, within on some table, {papers: numbers printed by all of them})
+    over the distinct published cells we ran
+    with a tolerance, counted once per distinct published number: a paper that reprints another's cell
+    (the BayesADMM paper's FMNIST baselines are the FedLap paper's) prints the same number at the same
+    address. A reprinted number can be within one paper's tolerance and outside the other's, hence a range."""
+    ran = dist[dist.verdict.isin(RAN)]
+    if ran.empty:
+        return 0, 0, 0, {}
+    key = ran.apply(lambda r: _cell_key(r) + repr(r.published_mean), axis=1)
+    groups = ran.assign(_k=key).groupby("_k")
+    within = groups.verdict.agg(lambda v: (set(v) == {"within tolerance"}, "within tolerance" in set(v)))
+    shared = groups.published_source.agg(lambda v: tuple(sorted({s.split()[0] for s in v})))
+    shared = shared[shared.map(len) > 1].value_counts().to_dict()
+    return len(within), sum(a for a, _ in within), sum(b for _, b in within), shared
+
+
+def paper_of(table: str) -> str:
+    """The paper a table reproduces (its folder); the headline table has none."""
+    return table.split("/")[0] if "/" in table else "headline"
+
+
+def run_records(p: dict) -> list[Path]:
+    """The run.json of every run behind the tables: each sweep candidate of ``<reports>/sweeps/<experiment>.csv``
+    (else the point in the table) of the tables' experiments and methods, every seed. Their device and wall
+    time are the scorecard's hardware and runtime. Not a Snakemake input of the scorecard: a run that is
+    redone changes the tables, which rebuild the scorecard, and a finished run's record does not change."""
+    reports, found = Path(paths(p)["reports"]), set()
+    for name, spec in p["tables"].items():
+        f = reports / f"{name}.csv"
+        table = pd.read_csv(f, usecols=["experiment", "method", "point"]).dropna() if f.exists() else pd.DataFrame()
+        for exp in spec.get("experiments", []):
+            sweep = reports / "sweeps" / f"{exp}.csv"
+            rows = pd.read_csv(sweep, usecols=["experiment", "method", "point"]) if sweep.exists() else table
+            for m in {split_variant(m)[0] for m in spec.get("methods", [])}:
+                for point in set(rows[(rows.experiment == exp) & (rows.method == m)].point.astype(str)):
+                    found.update(run_dir(paths(p), exp, m, point, 0).parent.glob("seed*/run.json"))
+    return sorted(found)
+
+
+def _runtime(records: list[dict]) -> str:
+    if not records:
+        return "no runs (nothing here was trained)"
+    hw = sorted({f"{r.get('device', '?')} ({r.get('device_name', '?')}), {r.get('threads', '?')} thread"
+                 + ("s" if r.get("threads") != 1 else "") for r in records})
+    wall = [float(r["wall_s"]) for r in records if r.get("wall_s") is not None]
+    return (f"{'; '.join(hw)} per run · {len(records)} runs, {sum(wall) / 3600:.1f} hours of compute in all "
+            f"(one run {min(wall) / 60:.0f}–{max(wall) / 60:.0f} min)" if wall else f"{'; '.join(hw)} · {len(records)} runs")
+
+
+def _dataset_of(status: str) -> str | None:
+    import re
+
+    m = re.search(r"dataset '([^']+)'", status)
+    return m.group(1) if m else None
+
+
+def _at(r) -> str:
+    """One cell's address and numbers: ``acc R10 73.3 vs 75.3 (−2)``."""
+    where = f"R{int(r['round'])}" if not _isnan(r.get("round")) else f"→{_fmt(r.get('target'), 0)}%"
+    diff = f" ({'+' if r['diff'] >= 0 else '−'}{_fmt(abs(r['diff']))})" if not _isnan(r.get("diff")) else ""
+    return f"{r.metric.split('/')[-1]} {where} {_fmt(r.ours_mean)} vs {_fmt(r.published_mean)}{diff}"
+
+
+def _and(names) -> str:
+    names = list(names)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def _tol(spec: dict) -> str:
+    return ", ".join(f"{k} ±{v}" for k, v in (spec.get("tolerance") or {}).items()) or "none"
+
+
 def build_scorecard(p: dict, out: str | Path) -> dict:
     """Write the scorecard to ``out`` and return its counts ({table: {verdict: n}} plus "distinct")."""
     if stand_in_size(p):
@@ -270,75 +361,180 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     dist = distinct(cells, {n: s.get("published_as", {}) for n, s in p["tables"].items()})
     result = {n: counts(cells[cells.table == n]) for n in names}
     result["distinct"] = counts(dist)
-
-    short = {"within tolerance": "within", "outside tolerance": "outside", "no tolerance set": "no tol.",
-             "not run (data unavailable)": "no data", "not run (other)": "not run", "diverged": "diverged",
-             "not comparable": "not comp."}
-    L = ["# Reproduction scorecard", "",
-         f"Built by `snakemake --cores all {reports}/README.md` from the table CSVs below "
-         f"(scale: {p['scale']}); do not edit by hand.", "",
-         "A **cell** is one number a paper publishes: (table, experiment, method, round or target, metric). "
-         "Each gets one verdict, from its table row:", ""]
-    L += [f"- **{short[v]}** — {v}: {MEANING[v]}." for v in VERDICTS]
-    L += ["- **substitute** — our cells on a stand-in dataset (Fashion-MNIST in place of data this machine cannot "
-          "obtain): no published value to compare, counted apart.", ""]
     n = result["distinct"]
     ran = n["within tolerance"] + n["outside tolerance"]
-    L += ["## Summary", "",
-          f"**{n['within tolerance']} of {ran}** distinct published cells that we ran with a tolerance are within it "
-          f"({n['outside tolerance']} outside); {n['not run (data unavailable)']} cannot be run here for lack of "
-          f"data, {n['not comparable']} have no faithful substitute.", ""]
-    head = ["paper / table", "cells"] + [short[v] for v in VERDICTS] + ["substitute"]
-    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name in names:
-        c = result[name]
-        link = f"[{name}]({_link(str(reports / (name + '.md')), reports)})"
-        L.append("| " + " | ".join([link, str(sum(c.values()))] + [str(c[v]) if c[v] else "·" for v in VERDICTS]
-                                   + [str(len(subs[name])) if len(subs[name]) else "·"]) + " |")
-    L.append("| " + " | ".join(["**distinct cells**", f"**{sum(n.values())}**"]
-                               + [f"**{n[v]}**" for v in VERDICTS] + [f"**{sum(len(s) for s in subs.values())}**"]) + " |")
-    L += ["", "A cell compared in two tables (the headline table1 repeats the papers' FMNIST cells) counts once in "
-          "the last row, with the verdict of the paper's own table (its tolerance).", ""]
+    numbers, lo, hi, shared = per_number(dist)
+    tlink = {name: f"[{name}]({_link(str(reports / (name + '.md')), reports)})" for name in names}
 
-    # outside cells, grouped by (table, experiment, method), with their cause
-    out_cells = cells[cells.verdict == "outside tolerance"]
-    L += ["## Outside tolerance, and why", ""]
-    if out_cells.empty:
+    # the papers' claims, checked once, used at the top, in each paper's block and in their own section
+    papers_cited = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
+    claims = []
+    for paper, claim in paper_claims(papers_cited):
+        claims.append((paper, claim, check_claim(frames[claim["table"]], paper, claim,
+                                                  p["tables"][claim["table"]].get("substitutes", {}))))
+
+    # the outside cells, each distinct (experiment, method, metric, round, statistic, numbers) once, by cause
+    outside = cells[cells.verdict == "outside tolerance"].copy()
+    outside["_cause"] = [(lambda c: causes.index(c) if c is not None else -1)(_cause_of(causes, r))
+                         for r in outside.to_dict("records")]
+    outside["_key"] = [_cell_key(r) + repr((r["ours_mean"], r["published_mean"])) for r in outside.to_dict("records")]
+
+    def cause_title(i: int) -> str:
+        return causes[i].get("short", causes[i]["cause"]) if i >= 0 else "cause not established yet"
+
+    # causes numbered by how many distinct cells they explain
+    per_cause = outside.groupby("_cause", sort=False)._key.nunique().sort_values(ascending=False, kind="stable")
+    number = {i: k + 1 for k, i in enumerate(per_cause.index)}
+
+    def cause_count(frame) -> str:
+        g = frame.groupby("_cause", sort=False)._key.nunique()
+        return ", ".join(f"{number[i]} ({k})" for i, k in sorted(g.items(), key=lambda x: number[x[0]]))
+
+    L = ["# Reproduction scorecard", "",
+         f"Which published numbers come back here, which do not, and why. Built by "
+         f"`snakemake --cores all {reports}/README.md` from the table CSVs (scale: {p['scale']}); do not edit "
+         "by hand. A **cell** is one number a paper publishes: (table, experiment, method, round or target, "
+         "metric); ours is *within* when it differs from the published mean by at most the table's tolerance.", ""]
+
+    # --- in short
+    no_cell = [pp for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"
+               and sum(result[t][v] for t in names if paper_of(t) == pp for v in RAN) == 0]
+    with_sub = [pp for pp in no_cell if sum(len(subs[t]) for t in names if paper_of(t) == pp)]
+    headline_methods = {split_variant(m)[0] for t in names if paper_of(t) == "headline" for m in p["tables"][t]["methods"]}
+    in_headline = [pp for pp in no_cell if pp not in with_sub and headline_methods & {
+        split_variant(m)[0] for t in names if paper_of(t) == pp for m in p["tables"][t]["methods"]}]
+    titles = {pp: load_paper(pp).get("title", pp) for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"}
+    short_name = {pp: t.rsplit("(", 1)[-1].rstrip(")") if "(" in t else pp for pp, t in titles.items()}
+    L += ["## In short", "",
+          f"- **{n['within tolerance']} of {ran}** published cells that we ran, each counted once per paper table, "
+          f"are within tolerance ({n['outside tolerance']} outside). Counted once per distinct published number "
+          f"— " + "; ".join(f"{k} numbers are printed by both the {' and the '.join(short_name.get(x, x) for x in ps)} "
+                            "paper" for ps, k in shared.items()) + " — it is "
+          f"**{lo}–{hi} of {numbers}** (a reprinted number can be within one paper's tolerance and outside the "
+          "other's: the low end counts it within only when it is within both).",
+          f"- {n['not run (data unavailable)']} cells need datasets this machine cannot obtain, "
+          f"{n['not comparable']} have no faithful substitute, {n['not run (other)']} are not run for another "
+          "reason (the table row says which).",
+          f"- **{_and(short_name[pp] for pp in no_cell)} have no compared cell here**: every one of their "
+          "published cells needs data this machine cannot obtain (or has no faithful substitute). "
+          + " ".join(filter(None, [
+              f"{_and(short_name[pp] for pp in with_sub)}: our runs on a substitute dataset (Fashion-MNIST), "
+              "with no published value to compare." if with_sub else "",
+              f"{_and(short_name[pp] for pp in in_headline)}: methods run in the headline table only."
+              if in_headline else ""])) if no_cell else "- Every paper has compared cells here.",
+          "- Hardware and runtime: " + _runtime([json.loads(f.read_text()) for f in run_records(p)]) + ".", ""]
+    failing = [(paper, claim, res) for paper, claim, res in claims if res.ours.startswith("does not hold")]
+    if failing:
+        L += ["**Claims that do not hold on our numbers** (each holds on the paper's own table unless said):", ""]
+        L += [f"- {short_name.get(paper, paper)}: \"{claim['text']}\" — {res.ours}"
+              + ("" if res.published.startswith("holds") else f"; on the paper's own table it {res.published}")
+              for paper, claim, res in failing]
+        L.append("")
+    L += ["**Why cells are outside tolerance**, each cause with its number of distinct cells (evidence and "
+          "cells in [the section below](#why-cells-are-outside-tolerance)):", ""]
+    L += [f"{number[i]}. {cause_title(i)} ({k})" for i, k in per_cause.items()] or ["None."]
+    L.append("")
+
+    # --- one block per paper
+    L += ["## Per paper", ""]
+    for pp in dict.fromkeys(paper_of(t) for t in names):
+        ts = [t for t in names if paper_of(t) == pp]
+        c = {v: sum(result[t][v] for t in ts) for v in VERDICTS}
+        got = c["within tolerance"] + c["outside tolerance"]
+        sub = sum(len(subs[t]) for t in ts)
+        title = titles.get(pp, "Headline benchmark: every method on the same Fashion-MNIST experiments")
+        L += [f"### {title}", ""]
+        L.append("- **Command:** `snakemake --cores all " + " ".join(f"{reports}/{t}.md" for t in ts) + "`")
+        per_t = [f"{tlink[t]} {result[t]['within tolerance']}/{result[t]['within tolerance'] + result[t]['outside tolerance']}"
+                 for t in ts if result[t]["within tolerance"] + result[t]["outside tolerance"]]
+        mine = [(cl, res) for paper, cl, res in claims if paper == pp]
+        held = [cl["text"] for cl, res in mine if res.ours.startswith("holds")]
+        tested = [cl["text"] for cl, res in mine if not res.ours.startswith("not testable")]
+        if got:
+            L.append(f"- **Reproduces:** {c['within tolerance']} of {got} compared cells within tolerance "
+                     f"({', '.join(per_t)})" + (f"; claims that hold on our numbers: {len(held)} of {len(mine)}" if mine else "") + ".")
+            o = outside[outside.table.isin(ts)]
+            fail = [cl["text"] for cl, res in mine if res.ours.startswith("does not hold")]
+            L.append(f"- **Does not reproduce:** {c['outside tolerance']} cells outside tolerance"
+                     + (f" — causes (cells): {cause_count(o)}" if len(o) else "")
+                     + (f"; claims that fail: {len(fail)} (listed above)" if fail else "") + ".")
+        else:
+            L.append("- **Reproduces / does not:** nothing compared — no published cell of this paper can be run "
+                     "here" + (f"; our substitute runs hold {sub} cells without published values" if sub else "")
+                     + (f"; on the substitute, claims that hold: {len(held)} of {len(tested)}" if tested else
+                        "; its claims cannot be tested here" if mine else "") + ".")
+        missing = sorted({d for t in ts for d in map(_dataset_of, cells[(cells.table == t) & (cells.verdict ==
+                          "not run (data unavailable)")].status) if d})
+        rest = [f"{c['not run (data unavailable)']} need datasets not obtainable here ({', '.join(missing)})"
+                if c["not run (data unavailable)"] else "",
+                f"{c['not comparable']} have no faithful substitute" if c["not comparable"] else "",
+                f"{c['not run (other)']} not run for another reason" if c["not run (other)"] else ""]
+        if any(rest):
+            L.append("- **Not compared:** " + "; ".join(r for r in rest if r) + ".")
+        recs = [json.loads(f.read_text()) for f in run_records({**p, "tables": {t: p["tables"][t] for t in ts}})]
+        L.append("- **Hardware, runtime** (runs behind its tables, every sweep candidate and seed): "
+                 + _runtime(recs) + ".")
+        links = []
+        for t in ts:
+            spec = p["tables"][t]
+            figs = [f"[{f.rsplit('_', 1)[-1].removesuffix('.png')}]({_link(str(reports / 'figures' / f), reports)})"
+                    for f in table_figures(t, spec) if (reports / "figures" / f).exists()]
+            links.append(tlink[t] + (f" ({', '.join(figs)})" if figs else ""))
+        notes = sorted({p["tables"][t]["notes"] for t in ts if p["tables"][t].get("notes")})
+        L += ["- **Tables** (figures): " + ", ".join(links)
+              + "".join(f"; [notes]({_link(x, reports)})" for x in notes) + ".", ""]
+
+    # --- causes, each once, with its cells
+    L += ["## Why cells are outside tolerance", "",
+          "Each cause once, with the cells it explains; a cell printed by several tables is listed once, with "
+          "the tables where it is outside their tolerance.", ""]
+    if outside.empty:
         L += ["None.", ""]
-    for name in names:
-        t = out_cells[out_cells.table == name]
-        if t.empty:
-            continue
-        L += [f"**{name}** (tolerance: " + ", ".join(f"{k} {v}" for k, v in p["tables"][name].get("tolerance", {}).items())
-              + ")", ""]
-        for (exp, method), g in t.groupby(["experiment", "method"], sort=False):
-            at = [f"{r.metric.split('/')[-1]} " + (f"R{int(r['round'])}" if not _isnan(r.get("round")) else
-                  f"→{_fmt(r.get('target'), 0)}%") + f" {_fmt(r.ours_mean)} vs {_fmt(r.published_mean)}"
-                  + (f" ({'+' if r['diff'] >= 0 else '−'}{_fmt(abs(r['diff']))})" if not _isnan(r['diff']) else "")
-                  for _, r in g.iterrows()]
-            cause = _cause_of(causes, {**g.iloc[0].to_dict(), "table": name})
-            why = (f" — {cause['cause']}" + (f" ([notes]({_link(cause['notes'], reports)}))" if cause.get("notes") else "")) \
-                if cause else " — cause not established yet" + (
-                    f" ([notes]({_link(p['tables'][name]['notes'], reports)}))" if p["tables"][name].get("notes") else "")
-            L.append(f"- {exp} · {method}: " + "; ".join(at) + why)
+    for i, k in per_cause.items():
+        g = outside[outside._cause == i]
+        L += [f"### {number[i]}. {cause_title(i)} ({k} cells)", ""]
+        if i >= 0:
+            c = causes[i]
+            L += [c["cause"][0].upper() + c["cause"][1:] + "." + (f" [Notes]({_link(c['notes'], reports)})." if c.get("notes") else ""), ""]
+        for (exp, method), cg in g.groupby(["experiment", "method"], sort=False):
+            parts = []
+            for _, kg in cg.groupby("_key", sort=False):
+                parts.append(_at(kg.iloc[0]) + f" [{', '.join(dict.fromkeys(kg.table))}]")
+            L.append(f"- {exp} · {method}: " + "; ".join(parts))
         L.append("")
 
-    # claims
-    papers = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
-    claims = [(paper, c) for paper, c in paper_claims(papers)]
+    # --- two tolerances
+    both = cells[cells.verdict.isin(RAN)].copy()
+    both["_key"] = [_cell_key(r) for r in both.to_dict("records")]
+    split = both.groupby("_key").filter(lambda g: g.verdict.nunique() > 1)
+    L += ["## One cell, two tolerances", "",
+          "Each table sets its own tolerance (params.yaml, `tables.<table>.tolerance`): "
+          + "; ".join(f"{t} {_tol(p['tables'][t])}" for t in names if p["tables"][t].get("tolerance")
+                      and result[t]["within tolerance"] + result[t]["outside tolerance"]) + ". "
+          "A cell printed by several tables (table1 reprints the papers' FMNIST cells) can read ✓ in one and "
+          "*outside* in another. The counts above use each paper's own table for a cell it publishes."
+          + (f" These {split._key.nunique()} cells differ:" if len(split) else " No cell differs."), ""]
+    for _, g in split.groupby("_key", sort=False):
+        r = g.iloc[0]
+        L.append(f"- {r.experiment} · {r.method} {_at(r)}: within in "
+                 + ", ".join(g[g.verdict == "within tolerance"].table) + "; outside in "
+                 + ", ".join(g[g.verdict == "outside tolerance"].table))
+    L.append("")
+
+    # --- claims
     L += ["## The papers' claims, checked", "",
-          "Each claim as the paper states it, checked on our numbers and on the paper's own table "
-          "(✓ holds, ✗ does not hold, · not testable here; in brackets: on how many of the experiments that "
-          "could be tested). A claim holds when it holds on every tested experiment (\"usually\" claims: on "
-          "most of them); the published column applies the same test to the paper's own table.", ""]
+          "Each claim as the paper states it, tested on our numbers and on the paper's own table. A claim holds "
+          "when it holds on every experiment that can be tested here (\"usually\": on more than half); "
+          "✓ holds, ✗ does not hold, · not testable here.", ""]
     alternates = sc.get("alternates", [])
     head = ["paper", "claim", "ours", "published"] + [a["label_short"] for a in alternates]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
     def mark(state: str) -> str:
         return {"h": "✓ ", "d": "✗ ", "n": "· "}[state[0]] + state
+
     details = []
-    for paper, claim in claims:
-        res = check_claim(frames[claim["table"]], paper, claim, p["tables"][claim["table"]].get("substitutes", {}))
+    for paper, claim, res in claims:
         alt = []
         statistic = p["tables"][claim["table"]]["statistic"]
         for a in alternates:  # the same cells (same statistic) in a table of runs under another setting
@@ -348,22 +544,33 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         L.append("| " + " | ".join([paper, claim["text"], mark(res.ours), mark(res.published)] + alt) + " |")
         details += [f"- **{claim['text']}** ({paper}, {claim['table']}, {claim['metric']} at round "
                     f"{claim.get('round', 'last')}" + (f", margin {claim['by']}" if claim.get("by") else "") + "):"]
-        details += [f"  - {c.experiment}: {c.detail}" for c in res.checks]
+        details += [f"  - {c.experiment}: {c.detail}" if c.ours != "not testable" or c.published == "does not hold"
+                    else f"  - {c.experiment}: not run here; on the paper's table it {c.published}" for c in res.checks]
     L += [""]
     for a in alternates:
         L += [f"Column *{a['label_short']}*: {a['label']} ({_link(a['csv'], reports)})."]
     L += ["", "<details><summary>The numbers behind each claim</summary>", ""] + details + ["", "</details>", ""]
 
-    # links
-    L += ["## Tables and figures", ""]
+    # --- every table's counts
+    short = {"within tolerance": "within", "outside tolerance": "outside", "no tolerance set": "no tol.",
+             "not run (data unavailable)": "no data", "not run (other)": "not run", "diverged": "diverged",
+             "not comparable": "not comp."}
+    L += ["## Counts per table", "",
+          "Every published cell has exactly one verdict, from its table row (recount them from the CSVs):", ""]
+    L += [f"- **{short[v]}** — {v}: {MEANING[v]}." for v in VERDICTS]
+    L += ["- **substitute** — our cells on a stand-in dataset (Fashion-MNIST in place of data this machine cannot "
+          "obtain): no published value to compare, counted apart.", ""]
+    head = ["paper / table", "cells"] + [short[v] for v in VERDICTS] + ["substitute"]
+    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in names:
-        spec = p["tables"][name]
-        figs = [f"[{f}]({_link(str(reports / 'figures' / f), reports)})" for f in table_figures(name, spec)
-                if (reports / "figures" / f).exists()]
-        notes = [f"[notes]({_link(spec['notes'], reports)})"] if spec.get("notes") else []
-        L.append(f"- [{name}]({_link(str(reports / (name + '.md')), reports)}) — {spec.get('title', '')}"
-                 + ("; " + ", ".join(figs + notes) if figs or notes else ""))
-    L.append("")
+        c = result[name]
+        L.append("| " + " | ".join([tlink[name], str(sum(c.values()))] + [str(c[v]) if c[v] else "·" for v in VERDICTS]
+                                   + [str(len(subs[name])) if len(subs[name]) else "·"]) + " |")
+    L.append("| " + " | ".join(["**distinct cells**", f"**{sum(n.values())}**"]
+                               + [f"**{n[v]}**" for v in VERDICTS] + [f"**{sum(len(s) for s in subs.values())}**"]) + " |")
+    L += ["", "The last row counts a cell compared in two tables once (table1 repeats the papers' FMNIST cells), "
+          "with the verdict of the paper's own table.", ""]
+
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, "\n".join(L))
     return result

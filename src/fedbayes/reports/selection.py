@@ -56,17 +56,54 @@ def selected_point(p: dict, experiment: str, method: str) -> str:
     return read_selected(selected_file(paths(p), experiment, method))["point"]
 
 
+def pick_note(sel: dict, n_seeds: int, floor: float | None) -> str:
+    """How clearly the selected point won: its lead over the runner-up against the spread of its value
+    over seeds (sample std) where the selection read several seeds; on one seed, against ``floor``, the
+    median of such spreads measured in the experiment (None: none measured). A lead below it is within noise."""
+    import statistics
+
+    crit, finite = sel["criterion"], [c for c in sel["candidates"] if "diverged_round" not in c]
+    best = next((c for c in finite if c["point"] == sel["point"]), None)
+    others = [c for c in finite if c["point"] != sel["point"]]
+    if best is None or not others:
+        return "only candidate" if best is not None else ""
+    sign = 1.0 if crit["mode"] == "max" else -1.0
+    runner = max(others, key=lambda c: sign * c["value"])
+    lead = sign * (best["value"] - runner["value"])
+    ahead = f"ahead of {runner['point']} by {lead:.2f}"
+    if n_seeds < 2:
+        if floor is None:
+            return f"{ahead} on one seed (no spread over seeds measured in this experiment)"
+        return (f"within noise: {ahead} on one seed, less than the median spread over seeds measured in this "
+                f"experiment (std {floor:.2f})" if lead < floor else f"{ahead} on one seed")
+    spread = statistics.stdev(best["per_seed"])
+    return (f"within noise: {ahead}, less than its spread over {n_seeds} seeds (std {spread:.2f})" if lead < spread
+            else f"{ahead}; spread over {n_seeds} seeds std {spread:.2f}")
+
+
 def sweep_frame(p: dict, experiment: str, methods: list[str]) -> pd.DataFrame:
-    rows = []
+    """One row per candidate of each method's selection, with the criterion as it was applied (the seeds
+    it read) and, on the selected row, how clearly it won (:func:`pick_note`)."""
+    import statistics
+
+    rows, sels = [], {m: read_selected(selected_file(paths(p), experiment, m)) for m in methods}
+    spreads = [statistics.stdev(cand["per_seed"]) for sel in sels.values() for cand in sel["candidates"]
+               if len(cand.get("per_seed", [])) > 1]
     for method in methods:
-        sel = read_selected(selected_file(paths(p), experiment, method))
+        sel = sels[method]
         c = sel["criterion"]
         if "from" in c:
             rows.append({"experiment": experiment, "method": method, "point": sel["point"], **sel["hparams"],
-                         "criterion": f"selected on {c['from']}", "value": float("nan"), "selected": True})
+                         "criterion": f"selected on {c['from']}", "value": float("nan"), "selected": True,
+                         "pick": ""})
+            continue
+        on = selection_seeds(p, experiment, method)
+        n = max((len(cand.get("per_seed", [])) for cand in sel["candidates"]), default=0) or 1
+        seeds_read = f"mean over {n} seeds" if n > 1 else f"seed {c.get('seed', on[0])}"
+        note = pick_note(sel, n, statistics.median(spreads) if spreads else None)
         for cand in sel["candidates"]:
             rows.append({"experiment": experiment, "method": method, "point": cand["point"], **cand["hparams"],
-                         "criterion": f"{c['metric']} {c['statistic']} @ round {c['round']}, "
-                                      + ("mean over seeds" if c.get("seeds") == "all" else f"seed {c['seed']}"),
-                         "value": cand["value"], "selected": cand["point"] == sel["point"]})
+                         "criterion": f"{c['metric']} {c['statistic']} @ round {c['round']}, {seeds_read}",
+                         "value": cand["value"], "selected": cand["point"] == sel["point"],
+                         "pick": note if cand["point"] == sel["point"] else ""})
     return pd.DataFrame(rows)

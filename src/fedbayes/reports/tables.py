@@ -26,6 +26,7 @@ from fedbayes.reports.figures import learning_curves, reliability
 from fedbayes.reports.selection import selected_point
 from fedbayes.runfiles import DamagedFile, read_history, read_metrics, read_run_info
 from fedbayes.runpaths import run_dir
+from fedbayes.eval.registry import METRICS as METRIC_INFO
 
 
 def table_rounds(spec: dict, e: dict) -> list[int]:

@@ -231,7 +231,7 @@ def figure1(path: str | Path, steps: int = FIG1_STEPS) -> Path:
     ax.set_ylim(y0, y1)
     ax.set_xlabel(r"$\theta_1$")
     ax.set_ylabel(r"$\theta_2$")
-    ax.set_title(f"Two-client toy, {steps} EP steps (paper 002, Fig. 1)")
+    ax.set_title(f"Two-client toy, {steps} EP steps (FedEP paper, Fig. 1)")
     ax.legend(handles=handles, fontsize=8, loc="upper right")
     return save_figure_atomic(fig, path)
 
