@@ -300,13 +300,16 @@ def device_less_factories(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _findings(folders: tuple[str, ...], scan, allowed: set, say) -> list[str]:
+    """``say(rel, line, what)`` for each (line, what) ``scan`` finds in the modules under ``folders`` that
+    ``allowed`` (a set of (module path, what)) does not list."""
+    return [say(rel, line, what) for folder in folders for path in sorted((SRC / folder).rglob("*.py"))
+            for rel in [str(path.relative_to(SRC))] for line, what in scan(path) if (rel, what) not in allowed]
+
+
 def test_tensor_factories_in_methods_and_engine_name_their_device():
-    found = []
-    for folder in ("methods", "engine", "eval"):
-        for path in sorted((SRC / folder).rglob("*.py")):
-            rel = str(path.relative_to(SRC))
-            found += [f"{rel}:{line}: {call}" for line, call in device_less_factories(path)
-                      if (rel, call) not in HOST_SIDE]
+    found = _findings(("methods", "engine", "eval"), device_less_factories, HOST_SIDE,
+                      lambda rel, line, call: f"{rel}:{line}: {call}")
     assert not found, "tensor created on the CPU whatever the run's device:\n" + "\n".join(found)
 
 
@@ -415,11 +418,8 @@ def raw_hparam_reads(path: Path) -> list[tuple[int, str]]:
 
 
 def test_methods_and_engine_read_no_raw_hyperparameter():
-    found = []
-    for path in sorted([*(SRC / "methods").rglob("*.py"), *(SRC / "engine").rglob("*.py")]):
-        rel = str(path.relative_to(SRC))
-        found += [f"{rel}:{line} (in {func or 'the module'})" for line, func in raw_hparam_reads(path)
-                  if (rel, func) not in RAW_READ_ALLOWED]
+    found = _findings(("methods", "engine"), raw_hparam_reads, RAW_READ_ALLOWED,
+                      lambda rel, line, func: f"{rel}:{line} (in {func or 'the module'})")
     assert not found, "raw hyperparameter reads (read self.p.<name>, or EngineOptions in the engine):\n" + "\n".join(found)
 
 
