@@ -118,16 +118,21 @@ def _committed_runs() -> dict[tuple[str, str], Path]:
     return out
 
 
+def _covered_paths() -> set[tuple[str, str]]:
+    """(method, path signature tag) of every committed golden."""
+    from fedbayes.engine.replay import golden_files, golden_hparams_with_defaults, signature_tag
+
+    goldens = [json.loads(f.read_text()) for m in _method_names() for f in golden_files(m, GOLDEN)]
+    return {(g["method"], signature_tag(golden_hparams_with_defaults(g))) for g in goldens}
+
+
 def test_every_code_path_of_the_committed_runs_has_a_golden():
     """A golden checked only the hyperparameters it was written with: FedAvg's committed runs take four
     code paths (persistent / fresh Adam, a linear schedule, SGD), its golden one, so a change to
     another path's numbers passed the workflow's check and the test suite. Each path a committed run
     takes (its string and boolean hyperparameters, engine.replay.path_signature) has a golden; write
     the missing ones with `python tests/test_replay.py paths`."""
-    from fedbayes.engine.replay import golden_files, golden_hparams_with_defaults, signature_tag
-
-    covered = {(json.loads(f.read_text())["method"], signature_tag(golden_hparams_with_defaults(json.loads(f.read_text()))))
-               for m in _method_names() for f in golden_files(m, GOLDEN)}
+    covered = _covered_paths()
     missing = sorted(f"{m} {run.relative_to(REPO)}" for (m, tag), run in _committed_runs().items() if (m, tag) not in covered)
     assert not missing, missing
 
@@ -135,16 +140,15 @@ def test_every_code_path_of_the_committed_runs_has_a_golden():
 def write_path_goldens(tmp: Path) -> list[Path]:
     """A golden for each code path of the committed runs that has none: the cheapest such run's
     hyperparameters, shrunk to GOLDEN_SIZES."""
-    from fedbayes.engine.replay import golden_files, golden_hparams_with_defaults, golden_name, signature_tag
+    from fedbayes.engine.replay import path_golden_name
 
-    covered = {(json.loads(f.read_text())["method"], signature_tag(golden_hparams_with_defaults(json.loads(f.read_text()))))
-               for m in _method_names() for f in golden_files(m, GOLDEN)}
+    covered = _covered_paths()
     written = []
     for (m, tag), run in sorted(_committed_runs().items()):
         if (m, tag) in covered:
             continue
         hp = {**json.loads((run / "run.json").read_text())["config"]["hparams"], **GOLDEN_SIZES}
-        path = GOLDEN / f"{golden_name(m).removesuffix('.json')}.{tag}.json"
+        path = GOLDEN / path_golden_name(m, tag)
         path.write_text(json.dumps(make_golden(m, hp, tmp), indent=1) + "\n")
         written.append(path)
     return written

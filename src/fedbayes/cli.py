@@ -19,7 +19,7 @@ from fedbayes.config import (ConfigError, check_implementations, experiment_conf
 from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
-from fedbayes.engine.replay import numerics_check, record_replay, replay_run
+from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
 from fedbayes.partition import PartitionIntegrityError
@@ -201,11 +201,8 @@ def cmd_evaluate(args) -> None:
 
 def cmd_replay(args) -> None:
     """Retrain a finished run's first rounds with the code at hand and compare them with its history."""
-    if args.record:
-        code = code_identity()
-        if not code["commit"] or code["dirty"] is not False:
-            raise SystemExit("fedbayes replay --record: a replay is recorded only from a clean checkout of a commit "
-                             f"({'not in git' if not code['commit'] else 'the package sources are modified'})")
+    if args.record and (why := unrecordable(code_identity())) is not None:   # before any replay work
+        raise SystemExit(f"fedbayes replay --record: {why}")
     bad = 0
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():

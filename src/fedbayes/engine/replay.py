@@ -95,15 +95,23 @@ def replay_run(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw", devi
     return diffs
 
 
+def unrecordable(code: dict) -> str | None:
+    """Why the code ``code`` (``provenance.code_identity``) may not record a replay, or None: only a clean
+    checkout of a commit may."""
+    if code["commit"] and code["dirty"] is False:
+        return None
+    return ("a replay is recorded only from a clean checkout of a commit: the code at hand is "
+            + ("not in git" if not code["commit"] else "a modified tree"))
+
+
 def record_replay(run_dir: str | Path, rounds: int) -> dict:
     """Record in the run's run.json (``replayed``) that the code at hand, a clean commit, gives its rounds
     0..``rounds`` bit for bit: the provenance of a run trained from a modified tree, or before run.json
     recorded its code. Call it only after ``replay_run`` returned no difference. The record says how
     much was replayed (``rounds`` of the run's ``of``); the run's own ``code`` is left as it was."""
     code = code_identity()
-    if not code["commit"] or code["dirty"] is not False:
-        raise RuntimeError("a replay is recorded only from a clean checkout of a commit: the code at hand is "
-                           + ("not in git" if not code["commit"] else "a modified tree"))
+    if (why := unrecordable(code)) is not None:
+        raise RuntimeError(why)
     path = Path(run_dir) / "run.json"
     info = json.loads(path.read_text())
     info["replayed"] = {"commit": code["commit"], "source": code["source"], "rounds": int(rounds),
@@ -202,12 +210,18 @@ def run_tag(method: str, hparams: dict) -> str:
     return signature_tag({**method_defaults(method, hparams), **hparams})
 
 
+def path_golden_name(method: str, tag: str) -> str:
+    """``<method>.v<core>.<version>.<tag>.json``: the golden of a further code path (``signature_tag``)."""
+    return f"{golden_name(method).removesuffix('.json')}.{tag}.json"
+
+
 def golden_files(method: str, *dirs: str | Path) -> list[Path]:
-    """The method's goldens of its current numerics version in ``dirs``: ``<golden_name>`` and one
-    ``<golden_name minus .json>.<tag>.json`` per further path signature."""
-    stem = golden_name(method).removesuffix(".json")
-    return [f for d in dirs for f in sorted(Path(d).glob(f"{stem}*.json"), key=lambda f: (f.name != f"{stem}.json", f.name))
-            if f.name == f"{stem}.json" or (f.name.startswith(stem + ".") and len(f.name) == len(stem) + 14)]
+    """The method's goldens of its current numerics version in ``dirs``: ``<golden_name>`` first, then one
+    ``path_golden_name`` per further path signature."""
+    main, other = golden_name(method), len(path_golden_name(method, "0" * 8))
+    return [f for d in dirs for f in sorted(Path(d).glob(f"{main.removesuffix('.json')}*.json"),
+                                            key=lambda f: (f.name != main, f.name))
+            if f.name == main or len(f.name) == other]
 
 
 def check_due(method: str, record: str | Path, hparams: dict | None = None) -> bool:
@@ -217,8 +231,9 @@ def check_due(method: str, record: str | Path, hparams: dict | None = None) -> b
     with finished runs, each time it is built."""
     try:
         rec = json.loads(Path(record).read_text())
-        return rec.get("fingerprint") != code_fingerprint(method) or (
-            hparams is not None and run_tag(method, hparams) not in rec.get("signatures", [run_tag(method, hparams)]))
+        if rec.get("fingerprint") != code_fingerprint(method):
+            return True
+        return hparams is not None and "signatures" in rec and run_tag(method, hparams) not in rec["signatures"]
     except (OSError, ValueError, AttributeError):
         return True
 
@@ -234,8 +249,9 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
     ``GOLDEN_SIZES``."""
     record = Path(record)
     files = golden_files(method, goldens, record.parent)
+    tag = run_tag(method, hparams) if hparams is not None else None
     with tempfile.TemporaryDirectory() as tmp:
-        seen, results = [], []
+        seen, result = [], "bit-identical"
         for path in files:
             try:
                 golden = json.loads(path.read_text())
@@ -247,21 +263,18 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
                         f"{len(diffs)} values differ); bump its spec's numerics (or CORE_NUMERICS in "
                         f"fedbayes/catalog.py) and write its golden, or revert the change")
             seen.append(signature_tag(golden_hparams_with_defaults(golden)))
-            results.append("bit-identical")
-        if hparams is not None and run_tag(method, hparams) not in seen:
-            hp = {**hparams, **GOLDEN_SIZES}
-            name = golden_name(method) if not files else \
-                f"{golden_name(method).removesuffix('.json')}.{run_tag(method, hparams)}.json"
-            golden = make_golden(method, hp, tmp)
+        if tag is not None and tag not in seen:
+            name = path_golden_name(method, tag) if files else golden_name(method)
+            golden = make_golden(method, {**hparams, **GOLDEN_SIZES}, tmp)
             record.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(record.parent / name, json.dumps(golden, indent=1) + "\n")
-            seen.append(run_tag(method, hparams))
-            results.append("baseline written")
+            seen.append(tag)
+            result = "baseline written"
         elif not files:
             return f"{method}: no numerics golden {Path(goldens) / golden_name(method)} and no run configuration to make one"
     record.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(record, json.dumps({"method": method, "fingerprint": code_fingerprint(method),
                                           "golden": str(files[0] if files else record.parent / golden_name(method)),
                                           "goldens": [str(f) for f in files], "signatures": seen,
-                                          "result": results[-1] if len(set(results)) > 1 else results[0]}, indent=1) + "\n")
+                                          "result": result}, indent=1) + "\n")
     return None
