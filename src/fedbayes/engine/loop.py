@@ -295,14 +295,10 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
             comm["local/acc"] = float(np.average([local_accuracy(method, local[k], data) for k in sorted(local)],
                                                  weights=sizes[sorted(local)]))
         reason = _divergence(losses, server)
-        if reason is not None:  # keep the history so far, record the round, stop
-            history.append({"round": rnd, **comm})
-            diverged = {"round": rnd, "reason": reason}
-            log(f"[{cfg['experiment']} {cfg['method']} seed {seed}] round {rnd:3d}/{rounds}  DIVERGED: {reason}; "
-                f"run stopped and recorded as diverged")
-            break
-        row, logp = _evaluate(method, server, data, rnd, comm, log, cfg)
-        if isinstance(logp, str):  # finite weights whose predictions are not (logits past float range)
+        # a non-finite loss or server state, or finite weights whose predictions are not (logits past float
+        # range: _evaluate's reason): keep the history so far, record the round, stop
+        row, logp = (None, reason) if reason is not None else _evaluate(method, server, data, rnd, comm, log, cfg)
+        if row is None:
             history.append({"round": rnd, **comm})
             diverged = {"round": rnd, "reason": logp}
             log(f"[{cfg['experiment']} {cfg['method']} seed {seed}] round {rnd:3d}/{rounds}  DIVERGED: {logp}; "
