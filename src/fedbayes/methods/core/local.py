@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedbayes.methods.core import graphs
+
 Tensors = dict[str, torch.Tensor]
 
 
@@ -200,7 +202,12 @@ class StackedPlan:
         def loss_one(w, xb, yb, mb):
             return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
 
+        def loss_static(w, xb, yb, mb):   # a finished client's all-zero mask: loss 0, gradient 0 (not 0/0)
+            return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum().clamp(min=1.0)
+
         self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
+        self._grad_and_loss_static = torch.func.vmap(torch.func.grad_and_value(loss_static))
+        self.steps_t = torch.tensor(self.steps, device=device)
         self.total = torch.zeros(C, dtype=torch.float64, device=device)
         self._active = list(range(C))
         self.active_index = None        # the active clients as a device index, once some have finished
@@ -229,6 +236,19 @@ class StackedPlan:
         self.total[ix] += loss.detach().double()
         g = torch.zeros_like(W)
         g[ix] = g_act
+        return g
+
+    def live(self, s_t: torch.Tensor) -> torch.Tensor:
+        """(C,) bool: which clients take step ``s_t`` (a device step counter, ``graphs.at``)."""
+        return self.steps_t > s_t
+
+    def gradient_static(self, W: torch.Tensor, s_t: torch.Tensor) -> torch.Tensor:
+        """``gradient`` at the device step counter ``s_t`` for every client (a recordable step,
+        ``graphs``): a client past its last step has an all-zero mask, so a zero gradient and loss; a
+        live one's mask sums to at least 1, where the clamp changes nothing."""
+        rows, mask = graphs.at(self.rows, s_t), graphs.at(self.mask, s_t)
+        g, loss = self._grad_and_loss_static(W, self.x[rows], self.y[rows], mask)
+        self.total += loss.detach().double()
         return g
 
     def mean_losses(self) -> list[float]:
@@ -273,7 +293,11 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
         for c, st in enumerate(states or []):
             if "opt/buf" in st:
                 buf[c], has_buf[c] = st["opt/buf"], True
-    for s in range(plan.n_steps):
+    how = graphs.mode(dev)
+    if how != "subset":
+        _static_steps(plan, W, extra_grad, clip, optimizer, lr, momentum, capture=how == "graph",
+                      adam=(m, v, t) if optimizer == "adam" else None, sgd=None if optimizer == "adam" else (buf, has_buf))
+    for s in range(plan.n_steps if how == "subset" else 0):
         active = plan.active(s)
         g = plan.gradient(W, s)
         if extra_grad is not None:
@@ -307,6 +331,49 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
         elif momentum and has_buf[c]:
             st.update({"opt/buf": buf[c].clone()})
     return W, plan.mean_losses(), plan.steps
+
+
+def _static_steps(plan: StackedPlan, W: torch.Tensor, extra_grad, clip, optimizer: str, lr: float, momentum: float,
+                  *, capture: bool, adam: tuple | None, sgd: tuple | None) -> None:
+    """``train_local_batched``'s steps as a recordable step (``graphs``): every client every step, a
+    finished client's state put back after the update; the same operations on the live clients."""
+    C = W.shape[0]
+    rows = lambda x: [x[c] for c in range(C)]  # noqa: E731
+    Ws = rows(W)
+
+    def step(s_t):
+        g = plan.gradient_static(W, s_t)
+        if extra_grad is not None:
+            g.add_(extra_grad(W))
+        if clip:
+            clip_rows_(g, clip)
+        live = plan.live(s_t)
+        if adam is not None:
+            m, v, t = adam
+            old = [(x, x.clone()) for x in (W, m, v, t)]
+            ts = rows(t)
+            torch._foreach_add_(ts, 1.0)
+            torch._fused_adam_(Ws, rows(g), rows(m), rows(v), [], ts, amsgrad=False, lr=float(lr), beta1=0.9,
+                               beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
+                               found_inf=None)
+        elif momentum:
+            buf, has_buf = sgd
+            old = [(W, W.clone()), (buf, buf.clone())]
+            fresh = [c for c in range(C) if not has_buf[c]]    # step 0 only: every client takes step 0
+            for c in fresh:
+                buf[c].copy_(g[c])
+                has_buf[c] = True
+            rest = [c for c in range(C) if c not in fresh]
+            if rest:
+                torch._foreach_mul_([buf[c] for c in rest], float(momentum))
+                torch._foreach_add_([buf[c] for c in rest], [g[c] for c in rest])
+            torch._foreach_add_(Ws, rows(buf), alpha=-float(lr))
+        else:
+            old = [(W, W.clone())]
+            torch._foreach_add_(Ws, rows(g), alpha=-float(lr))
+        graphs.keep_finished(live, old)
+
+    graphs.run_steps(step, plan.n_steps, device=W.device, capture=capture)
 
 
 def clip_rows_(G: torch.Tensor, max_norm: float) -> None:
