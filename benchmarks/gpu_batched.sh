@@ -21,6 +21,12 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
+# the method registry is the package's entry points: where fedbayes is not installed (a bare machine, the
+# source on PYTHONPATH), its metadata is written from pyproject.toml into /tmp/site
+if ! $py -c "import importlib.metadata as m; m.distribution('fedbayes')" 2>/dev/null; then
+  $py benchmarks/source_metadata.py /tmp/site || exit 2
+  export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 t_end=$(( $(date +%s) + ${GPU_BUDGET_S:-540} ))
 left() { echo $(( t_end - $(date +%s) )); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
