@@ -14,6 +14,7 @@ scaled to the configured number, as the roofline does.
     python benchmarks/batched.py --device cuda --json benchmarks/batched_gpu.json --md benchmarks/batched_gpu.md
     python benchmarks/batched.py --protocols bayesadmm fedivon --rounds 2
     python benchmarks/batched.py --protocols bayesadmm@fmnist10-iid-k10      # a protocol on another experiment
+    python benchmarks/batched.py --protocols feddyn@fmnist10-dir-k10         # any method of an experiment
 """
 
 from __future__ import annotations
@@ -176,8 +177,13 @@ def main():
     spec = {n: (e, m, ch) for n, e, m, ch, _ in PROTOCOLS}
     for name in wanted:                      # in the order given (the most wanted first on a short lease)
         base, _, other = name.partition("@")  # PROTOCOL@EXPERIMENT: the protocol on another experiment
-        experiment, method, changes = spec[base]
-        experiment = other or experiment
+        if base in spec:
+            experiment, method, changes = spec[base]
+            experiment = other or experiment
+        elif other:                           # METHOD@EXPERIMENT: any method of the experiment, its params.yaml point
+            experiment, method, changes = other, base, {}
+        else:
+            sys.exit(f"{name}: not a roofline protocol ({', '.join(spec)}); name another method as METHOD@EXPERIMENT")
         t0 = time.perf_counter()
         try:
             rows[name] = measure(p, name, experiment, method, changes, args, device)
@@ -191,7 +197,8 @@ def main():
               f"loops {r['batched_loops']}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
         order = [n for n, *_ in PROTOCOLS]
-        ordered = sorted(rows.values(), key=lambda r: (order.index(r["protocol"].partition("@")[0]), r["protocol"]))
+        rank = lambda p: order.index(p) if p in order else len(order)  # noqa: E731
+        ordered = sorted(rows.values(), key=lambda r: (rank(r["protocol"].partition("@")[0]), r["protocol"]))
         out.write_text(json.dumps(ordered, indent=1) + "\n")
         if args.md:
             Path(args.md).write_text(markdown(ordered))
