@@ -237,11 +237,16 @@ FEDAVGM = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 2, 
            "weight_decay": 1e-3, "server_lr": 0.5, "server_momentum": 0.9}
 
 
-@pytest.mark.parametrize("name,extra", [("fedavgm", {}), ("fedpa", {"burn_in": 2, "shrinkage": 0.01})])
-def test_fedavgm_rounds_batch_and_the_rest_train_one_by_one(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+@pytest.mark.parametrize("name,extra", [("fedavgm", {}), ("fedpa", {"burn_in": 1, "shrinkage": 0.01}),
+                                        ("fedep_i", {"burn_in": 1}), ("fedep_m", {"burn_in": 1}),
+                                        ("fedep_l", {"burn_in": 1, "laplace_epochs": 1}),
+                                        ("fedep_v", {"burn_in": 1, "ngvi_epochs": 1}),
+                                        ("fedsep_i", {"burn_in": 1}), ("fedsep_m", {"burn_in": 0})])
+def test_fedavgm_family_batches_every_round(name, extra, tmp_path, synthetic_run_data, cfg_factory):
     """FedAvg-M's clients (SGD-M, weight decay in ``sgd_epochs``' form) trained together in its own rounds
-    and in FedPA's burn-in; FedPA's sampling rounds after it train one by one. Three rounds of unequal
-    clients agree with the sequential run to round-off; the batched run batched exactly the FedAvg-M rounds."""
+    and in the burn-in; after it FedPA's and FedEP/FedSEP's sampling rounds too: the iterate samples of each
+    client from the one batched loop (``StackedIterates``), the tilted objective's extra gradient with the
+    clients' stacked cavities, then each client's tilted precision (I, M, L, V) from its own stream. Three
+    rounds of unequal clients agree with the sequential run to round-off, every round batched."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra})
-    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4,
-                                 batched_rounds=extra.get("burn_in", 3))
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)

@@ -239,7 +239,10 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                         epochs: int, batch_size: int, lr: float, optimizer: str = "adam", momentum: float = 0.0,
                         clip: float | None = None, states: list[Tensors] | None = None,
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                        loss_fn=F.cross_entropy) -> tuple[torch.Tensor, list[float], list[int]]:
+                        loss_fn=F.cross_entropy,
+                        on_grad: Callable[[torch.Tensor, int, list[int]], None] | None = None,
+                        after_step: Callable[[torch.Tensor, int, list[int]], None] | None = None
+                        ) -> tuple[torch.Tensor, list[float], list[int]]:
     """``train_local`` with FlatAdam or FlatSGD for C clients together, all starting from ``w_start``: the
     minibatch gradients of the C clients' step s are one vmapped call over their stacked weights W (C, P),
     their clipping one norm per row (``clip_grad_``'s rule), and their updates one multi-tensor kernel
@@ -250,8 +253,11 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     (batched matrix products and norms sum in another order); a client with fewer steps than the others is
     left out of the updates after its last one. ``states``: the clients' persistent optimiser states
     (``FlatAdam.state()`` / ``FlatSGD.state()``), read and updated in place; None for fresh optimisers.
-    The data-gradient hooks of ``train_local`` (``on_grad``, ``gradient``, ``extra_loss``) and its step
-    hooks have no batched form: a method that needs them trains its clients one by one.
+    Two more hooks, ``train_local``'s on stacked tensors: ``on_grad(G, s, active)`` reads the data gradients
+    G (C, P) of step s before ``extra_grad`` (a Fisher sum: ``StackedFisher``), ``after_step(W, s, active)``
+    reads the weights after step s (iterate samples: ``StackedIterates``); ``active`` lists the clients that
+    took step s (the others' rows of G are zeros, of W unchanged). ``train_local``'s ``gradient`` and
+    ``extra_loss`` have no batched form: a method that needs them trains its clients one by one.
     Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
 
     Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
@@ -276,6 +282,8 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     for s in range(plan.n_steps):
         active = plan.active(s)
         g = plan.gradient(W, s)
+        if on_grad is not None:
+            on_grad(g, s, active)
         if extra_grad is not None:
             g.add_(extra_grad(W))
         if clip:
@@ -287,6 +295,8 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                                [v[c] for c in active], [], t_act, amsgrad=False, lr=float(lr), beta1=0.9,
                                beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
                                found_inf=None)
+            if after_step is not None:
+                after_step(W, s, active)
             continue
         if momentum:
             fresh = [c for c in active if not has_buf[c]]
@@ -301,12 +311,65 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
         else:
             steps_ = [g[c] for c in active]
         torch._foreach_add_([W[c] for c in active], steps_, alpha=-float(lr))
+        if after_step is not None:
+            after_step(W, s, active)
     for c, st in enumerate(states or []):
         if optimizer == "adam":
             st.update({"opt/m": m[c].clone(), "opt/v": v[c].clone(), "opt/t": t[c].clone()})
         elif momentum and has_buf[c]:
             st.update({"opt/buf": buf[c].clone()})
     return W, plan.mean_losses(), plan.steps
+
+
+class StackedIterates:
+    """``train_local``'s ``after_step``/``after_epoch`` iterate samples for C clients trained together
+    (``train_local_batched``'s ``after_step``): client c's weights at the end of each of its ``epochs``
+    epochs, or (``average``) the mean of its iterates over each epoch, as ``FedAvgM.sgd_epochs`` keeps them
+    one by one. ``sizes``: the clients' numbers of rows (their epoch lengths follow from ``batch_size``)."""
+
+    def __init__(self, start: torch.Tensor, sizes: list[int], batch_size: int, epochs: int, average: bool = False):
+        self.per_epoch = [-(-int(n) // int(batch_size)) for n in sizes]
+        self.average = average
+        self.acc = torch.zeros(len(sizes), *start.shape, dtype=start.dtype, device=start.device)
+        self.cnt = [0] * len(sizes)
+        self.samples: list[list[torch.Tensor]] = [[] for _ in sizes]
+
+    def __call__(self, W: torch.Tensor, s: int, active: list[int]) -> None:
+        if self.average:
+            if len(active) == len(self.cnt):
+                self.acc.add_(W)
+            else:
+                self.acc[active] += W[active]
+        for c in active:
+            self.cnt[c] += 1
+            if (s + 1) % self.per_epoch[c] == 0:            # client c's epoch ends with step s
+                self.samples[c].append(self.acc[c] / self.cnt[c] if self.average else W[c].clone())
+                self.acc[c].zero_()
+                self.cnt[c] = 0
+
+    def stacked(self) -> list[torch.Tensor]:
+        """Each client's samples, (epochs, P)."""
+        return [torch.stack(s) for s in self.samples]
+
+
+class StackedFisher:
+    """FOLA's Fisher sum F_c += (|b|/N_c) g² of the data gradient g of each step (``train_local``'s
+    ``on_grad`` with ``kernels.add_scaled_square_``) for C clients trained together (``train_local_batched``'s
+    ``on_grad``): one pass over the stacked gradients a step. Minibatch sizes follow ``minibatches``."""
+
+    def __init__(self, like: torch.Tensor, sizes: list[int], batch_size: int):
+        self.sizes, self.bs = [int(n) for n in sizes], int(batch_size)
+        self.per_epoch = [-(-n // self.bs) for n in self.sizes]
+        self.fisher = torch.zeros(len(sizes), *like.shape, dtype=like.dtype, device=like.device)
+        self._coef = torch.zeros(len(sizes), 1, dtype=like.dtype, device=like.device)
+
+    def __call__(self, G: torch.Tensor, s: int, active: list[int]) -> None:
+        coef = [0.0] * len(self.sizes)                      # a client past its last step: G's row is zero
+        for c in active:
+            n, b = self.sizes[c], s % self.per_epoch[c]
+            coef[c] = (min(self.bs, n - b * self.bs)) / n
+        self._coef.copy_(torch.tensor(coef, dtype=torch.float64)[:, None])
+        self.fisher.add_(torch.mul(G, G).mul_(self._coef))
 
 
 def clip_rows_(G: torch.Tensor, max_norm: float) -> None:
