@@ -250,3 +250,28 @@ def test_fedavgm_family_batches_every_round(name, extra, tmp_path, synthetic_run
     rounds of unequal clients agree with the sequential run to round-off, every round batched."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra})
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
+
+
+FISHER_SUMS = [("fola", {"lambda_prior": 10.0}), ("fola", {"lambda_prior": 10.0, "prior_loss": "released"}),
+               ("fola", {"lambda_prior": 10.0, "optimizer": "adam", "lr": 0.003})]
+
+
+@pytest.mark.parametrize("name,extra", FISHER_SUMS, ids=["fola", "fola-released", "fola-adam"])
+def test_fisher_sums_batch_to_the_sequential_numbers(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+    """FOLA's Fisher sum (Σ_t (|b_t|/N_n) g_t² of each client's data gradients, ``StackedFisher`` on the
+    batched loop's stacked gradients, the short last minibatch of an epoch weighted by its own size) and
+    its prior's gradient on the stacked weights: three rounds of unequal clients give the sequential run's
+    precisions and weights to round-off, every round batched."""
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
+
+
+def test_fola_paper_fisher_trains_one_by_one(tmp_path, synthetic_run_data, cfg_factory):
+    """``fisher_norm: paper`` replaces each step's gradient by the mean of per-example gradients (no form in
+    the batched loop): FOLA then trains one by one under the batched switch, bit for bit the sequential run."""
+    cfg = cfg_factory(method="fola", rounds=2, save_rounds=[2],
+                      hparams={**SGD_CLIPPED, "lambda_prior": 10.0, "fisher_norm": "paper"})
+    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
+    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
+    assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
+    assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
