@@ -253,15 +253,23 @@ def test_fedavgm_family_batches_every_round(name, extra, tmp_path, synthetic_run
 
 
 FISHER_SUMS = [("fola", {"lambda_prior": 10.0}), ("fola", {"lambda_prior": 10.0, "prior_loss": "released"}),
-               ("fola", {"lambda_prior": 10.0, "optimizer": "adam", "lr": 0.003})]
+               ("fola", {"lambda_prior": 10.0, "optimizer": "adam", "lr": 0.003}),
+               ("fedcurv", {"lambda_prior": 1.0}), ("fedcurv", {"lambda_prior": 10.0, "anchor": "global"}),
+               ("fedcurv", {"lambda_prior": 1.0, "fisher_norm": "paper"}),
+               ("fedcurv", {"lambda_prior": 1.0, "fisher_norm": "ggn", "anchor": "global"}),
+               ("fedcurv", {"lambda_prior": 1.0, "prior_loss": "released"})]
 
 
-@pytest.mark.parametrize("name,extra", FISHER_SUMS, ids=["fola", "fola-released", "fola-adam"])
+@pytest.mark.parametrize("name,extra", FISHER_SUMS, ids=["fola", "fola-released", "fola-adam", "fedcurv-clients",
+                                                          "fedcurv-global", "fedcurv-paper", "fedcurv-ggn",
+                                                          "fedcurv-released"])
 def test_fisher_sums_batch_to_the_sequential_numbers(name, extra, tmp_path, synthetic_run_data, cfg_factory):
     """FOLA's Fisher sum (Σ_t (|b_t|/N_n) g_t² of each client's data gradients, ``StackedFisher`` on the
     batched loop's stacked gradients, the short last minibatch of an epoch weighted by its own size) and
-    its prior's gradient on the stacked weights: three rounds of unequal clients give the sequential run's
-    precisions and weights to round-off, every round batched."""
+    its prior's gradient on the stacked weights; FedCurv's penalty (the others' Fishers, each client's own
+    removed; or the global anchor) in closed form on the stacked weights and its offline Fisher pass over
+    the stacked clients (``code``) or client by client (``paper``, ``ggn``): three rounds of unequal
+    clients give the sequential run's precisions and weights to round-off, every round batched."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
 
