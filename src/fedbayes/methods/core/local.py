@@ -368,7 +368,7 @@ class StackedFisher:
         for c in active:
             n, b = self.sizes[c], s % self.per_epoch[c]
             coef[c] = (min(self.bs, n - b * self.bs)) / n
-        self._coef.copy_(torch.tensor(coef, dtype=torch.float64)[:, None])
+        self._coef.copy_(torch.tensor(coef, dtype=self._coef.dtype, device=self._coef.device)[:, None])
         self.fisher.add_(torch.mul(G, G).mul_(self._coef))
 
 
