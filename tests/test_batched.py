@@ -292,3 +292,16 @@ def test_fedavg_clients_with_weight_decay_batch(name, extra, tmp_path, synthetic
     of unequal clients give the sequential run's numbers to round-off, every round batched."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
+
+
+@pytest.mark.parametrize("client_optimizer", ["fresh", "persistent"])
+def test_function_space_terms_batch_to_the_sequential_numbers(client_optimizer, tmp_path, synthetic_run_data,
+                                                              cfg_factory):
+    """FedLap-Func's function-space terms (soft CE of the network on every memory point against the global
+    model's predictions, minus its own previous contribution) as one ``vmap(grad)`` over the stacked
+    clients, their own memory points padded (unequal class counts). Three rounds of unequal clients (round 1
+    without the terms) agree with the sequential run to round-off, every round batched."""
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 2, "client_optimizer": client_optimizer,
+          "delta": 0.1, "rho": "data", "tau": 0.5, "memory_per_class": 3, "server_iters": 5, "server_lr": 0.001}
+    cfg = cfg_factory(method="fedlap_func", hparams=hp, rounds=3, save_rounds=[3])
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-4, state_tol=1e-4, batched_rounds=3)
