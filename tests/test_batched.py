@@ -305,3 +305,55 @@ def test_function_space_terms_batch_to_the_sequential_numbers(client_optimizer, 
           "delta": 0.1, "rho": "data", "tau": 0.5, "memory_per_class": 3, "server_iters": 5, "server_lr": 0.001}
     cfg = cfg_factory(method="fedlap_func", hparams=hp, rounds=3, save_rounds=[3])
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-4, state_tol=1e-4, batched_rounds=3)
+
+
+@pytest.mark.parametrize("model", [{"name": "mlp", "hidden": [32, 16], "activation": "relu"}, {"name": "lenet5"}])
+def test_sampled_predictive_in_chunks_is_one_by_one(model):
+    """A sampled predictive's networks through one vmapped forward per chunk (a GPU's default) give the
+    logits of the one-by-one loop (a CPU's default) up to round-off: the same draws, in the same order,
+    whatever the chunk (one that does not divide S included)."""
+    from fedbayes.methods.core.ivon import gaussian_samples_logits
+    from fedbayes.models import FlatModel, build_model
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model(model["name"], (1, 28, 28), 10, **{k: v for k, v in model.items() if k != "name"}))
+    mean = fm.flat_params()
+    std = torch.full_like(mean, 0.05)
+    x = torch.randn(37, 1, 28, 28)
+    one = gaussian_samples_logits(fm, mean, std, x, 7, seed=11)
+    assert torch.equal(one, gaussian_samples_logits(fm, mean, std, x, 7, seed=11, chunk=1))   # the CPU default
+    for chunk in (3, 7, 16):
+        assert torch.allclose(gaussian_samples_logits(fm, mean, std, x, 7, seed=11, chunk=chunk), one,
+                              rtol=1e-5, atol=1e-5)
+
+
+def test_local_accuracies_in_chunks_are_one_by_one(synthetic_run_data):
+    """The clients' local models (FOLA's local accuracy) evaluated in chunks through one vmapped forward:
+    each model's test accuracy as evaluated one by one, the test set cut in batches too."""
+    from fedbayes.engine.loop import local_accuracies, local_accuracy
+    from fedbayes.methods.core.base import RunContext
+    from fedbayes.methods import build_method
+    from fedbayes.models import FlatModel, build_model
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("mlp", (1, 28, 28), 10, hidden=[32, 16], activation="relu"))
+    method = build_method("fedavg", fm, {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 1},
+                          np.array([100, 100]), RunContext())
+    ws = [fm.flat_params() + 0.3 * torch.randn(fm.n_params) for _ in range(5)]
+    one = [local_accuracy(method, w, synthetic_run_data, batch=64) for w in ws]
+    assert local_accuracies(method, ws, synthetic_run_data, batch=64) == one          # the CPU default
+    assert len(set(one)) > 1
+    for chunk in (2, 5):
+        assert local_accuracies(method, ws, synthetic_run_data, batch=64, chunk=chunk) == one
+
+
+def test_chunk_size_is_one_network_on_a_cpu():
+    """On a CPU the chunk is one network (the numbers stay the one-by-one loop's bit for bit); the
+    activation count a GPU's chunk is sized by is the leaf modules' outputs for one row."""
+    from fedbayes.methods.core.chunks import networks_per_chunk, row_floats
+    from fedbayes.models import FlatModel, build_model
+
+    fm = FlatModel(build_model("mlp", (1, 28, 28), 10, hidden=[32, 16], activation="relu"))
+    x = torch.randn(50, 1, 28, 28)
+    assert networks_per_chunk(fm, x, 100) == 1
+    assert row_floats(fm, x) == 784 + 32 + 32 + 16 + 16 + 10
