@@ -253,35 +253,26 @@ def test_fedavgm_family_batches_every_round(name, extra, tmp_path, synthetic_run
 
 FISHER_SUMS = [("fola", {"lambda_prior": 10.0}), ("fola", {"lambda_prior": 10.0, "prior_loss": "released"}),
                ("fola", {"lambda_prior": 10.0, "optimizer": "adam", "lr": 0.003}),
+               ("fola", {"lambda_prior": 10.0, "fisher_norm": "paper"}),
                ("fedcurv", {"lambda_prior": 1.0}), ("fedcurv", {"lambda_prior": 10.0, "anchor": "global"}),
                ("fedcurv", {"lambda_prior": 1.0, "fisher_norm": "paper"}),
                ("fedcurv", {"lambda_prior": 1.0, "fisher_norm": "ggn", "anchor": "global"}),
                ("fedcurv", {"lambda_prior": 1.0, "prior_loss": "released"})]
 
 
-@pytest.mark.parametrize("name,extra", FISHER_SUMS, ids=["fola", "fola-released", "fola-adam", "fedcurv-clients",
+@pytest.mark.parametrize("name,extra", FISHER_SUMS, ids=["fola", "fola-released", "fola-adam", "fola-paper", "fedcurv-clients",
                                                           "fedcurv-global", "fedcurv-paper", "fedcurv-ggn",
                                                           "fedcurv-released"])
 def test_fisher_sums_batch_to_the_sequential_numbers(name, extra, tmp_path, synthetic_run_data, cfg_factory):
     """FOLA's Fisher sum (Σ_t (|b_t|/N_n) g_t² of each client's data gradients, ``StackedFisher`` on the
     batched loop's stacked gradients, the short last minibatch of an epoch weighted by its own size) and
-    its prior's gradient on the stacked weights; FedCurv's penalty (the others' Fishers, each client's own
+    its prior's gradient on the stacked weights; with ``fisher_norm: paper`` the per-example gradients that
+    make each step's gradient (``StackedPlan.example_gradients``), their mean squares summed; FedCurv's penalty (the others' Fishers, each client's own
     removed; or the global anchor) in closed form on the stacked weights and its offline Fisher pass over
     the stacked clients (``code``) or client by client (``paper``, ``ggn``): three rounds of unequal
     clients give the sequential run's precisions and weights to round-off, every round batched."""
     cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
-
-
-def test_fola_paper_fisher_trains_one_by_one(tmp_path, synthetic_run_data, cfg_factory):
-    """``fisher_norm: paper`` replaces each step's gradient by the mean of per-example gradients (no form in
-    the batched loop): FOLA then trains one by one under the batched switch, bit for bit the sequential run."""
-    cfg = cfg_factory(method="fola", rounds=2, save_rounds=[2],
-                      hparams={**SGD_CLIPPED, "lambda_prior": 10.0, "fisher_norm": "paper"})
-    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
-    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
-    assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
-    assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
 
 
 @pytest.mark.parametrize("name,extra", [("fedbe", {"server_unlabeled": 0.2, "teacher_samples": 2, "server_epochs": 1}),

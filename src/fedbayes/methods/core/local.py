@@ -201,6 +201,7 @@ class StackedPlan:
             return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
 
         self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
+        self._fm, self._loss_fn = fm, loss_fn
         self.total = torch.zeros(C, dtype=torch.float64, device=device)
         self._active = list(range(C))
         self.active_index = None        # the active clients as a device index, once some have finished
@@ -231,6 +232,38 @@ class StackedPlan:
         g[ix] = g_act
         return g
 
+    def example_gradients(self, W: torch.Tensor, s: int,
+                          reduce: Callable[[torch.Tensor, torch.Tensor | None], None]) -> torch.Tensor:
+        """``gradient`` from per-example gradients (FOLA's ``fisher_norm: paper``, ``train_local``'s
+        ``gradient`` hook): the (A, B, P) gradients of each row of the A clients that take step s, handed to
+        ``reduce(G2, index)`` as their mean squares over each client's rows (A, P) first (``index``: the A
+        clients' rows, None for all); returns the minibatch-mean gradients (C, P) as ``gradient`` does (zero
+        rows for the clients past their last step)."""
+        if not hasattr(self, "_example_grads"):
+            fm, loss_fn = self._fm, self._loss_fn
+
+            def one(w, xi, yi):
+                return loss_fn(fm(w, xi.unsqueeze(0)), yi.unsqueeze(0))
+
+            self._example_grads = torch.func.vmap(torch.func.vmap(torch.func.grad_and_value(one), in_dims=(None, 0, 0)))
+        rows, mask = self.rows[s], self.mask[s]
+        ix = None if len(self._active) == len(self.steps) else self.active_index
+        if ix is not None:
+            W, rows, mask = W[ix], rows[ix], mask[ix]
+        grads, losses = self._example_grads(W, self.x[rows], self.y[rows])
+        cnt = mask.sum(1)
+        m = mask[:, :, None]
+        reduce((grads.square() * m).sum(1) / cnt[:, None], ix)
+        g_act = (grads * m).sum(1) / cnt[:, None]
+        loss = ((losses * mask).sum(1) / cnt).detach().double()
+        if ix is None:
+            self.total += loss
+            return g_act
+        self.total[ix] += loss
+        g = torch.zeros(len(self.steps), *g_act.shape[1:], dtype=g_act.dtype, device=g_act.device)
+        g[ix] = g_act
+        return g
+
     def mean_losses(self) -> list[float]:
         return (self.total.cpu() / torch.tensor(self.steps, dtype=torch.float64, device="cpu")).tolist()
 
@@ -241,6 +274,7 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
                         loss_fn=F.cross_entropy,
                         on_grad: Callable[[torch.Tensor, int, list[int]], None] | None = None,
+                        gradient: Callable[[StackedPlan, torch.Tensor, int], torch.Tensor] | None = None,
                         after_step: Callable[[torch.Tensor, int, list[int]], None] | None = None
                         ) -> tuple[torch.Tensor, list[float], list[int]]:
     """``train_local`` with FlatAdam or FlatSGD for C clients together, all starting from ``w_start``: the
@@ -256,8 +290,9 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     Two more hooks, ``train_local``'s on stacked tensors: ``on_grad(G, s, active)`` reads the data gradients
     G (C, P) of step s before ``extra_grad`` (a Fisher sum: ``StackedFisher``), ``after_step(W, s, active)``
     reads the weights after step s (iterate samples: ``StackedIterates``); ``active`` lists the clients that
-    took step s (the others' rows of G are zeros, of W unchanged). ``train_local``'s ``gradient`` and
-    ``extra_loss`` have no batched form: a method that needs them trains its clients one by one.
+    took step s (the others' rows of G are zeros, of W unchanged). ``gradient(plan, W, s)`` replaces the
+    step's minibatch gradients (``train_local``'s ``gradient``; e.g. ``plan.example_gradients``).
+    ``train_local``'s ``extra_loss`` has no batched form: a method that needs it trains one by one.
     Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
 
     Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
@@ -281,7 +316,7 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                 buf[c], has_buf[c] = st["opt/buf"], True
     for s in range(plan.n_steps):
         active = plan.active(s)
-        g = plan.gradient(W, s)
+        g = plan.gradient(W, s) if gradient is None else gradient(plan, W, s)
         if on_grad is not None:
             on_grad(g, s, active)
         if extra_grad is not None:

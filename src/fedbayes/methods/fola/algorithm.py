@@ -86,17 +86,31 @@ def sgd_accumulating_fisher(fm, p, w_start: torch.Tensor, data: ClientData, rng:
 def sgd_accumulating_fisher_batched(fm, p, w_start: torch.Tensor, datas: list[ClientData], rngs: list,
                                     penalty_grad: Callable[[torch.Tensor], torch.Tensor] | None = None
                                     ) -> list[tuple[torch.Tensor, torch.Tensor, float]] | None:
-    """``sgd_accumulating_fisher`` (``fisher_norm: code``) for C clients together, all from ``w_start``:
-    the one batched loop (``train_local_batched``) with the Fisher sum on its stacked data gradients
-    (``StackedFisher``) and ``penalty_grad`` of the stacked weights (C, P). Each client's (θ, F, mean CE), up
-    to float round-off; None where it has no batched form: ``fisher_norm: paper`` (per-example gradients
-    replace the step's gradient), a model that draws (dropout)."""
-    if p.fisher_norm != "code" or not fm.row_wise:
+    """``sgd_accumulating_fisher`` for C clients together, all from ``w_start``: the one batched loop
+    (``train_local_batched``) with ``penalty_grad`` of the stacked weights (C, P) and the Fisher sum on its
+    stacked data gradients (``code``: ``StackedFisher``) or on the per-example gradients that make each
+    step's gradient (``paper``: ``StackedPlan.example_gradients``, then divided by each client's number of
+    steps). Each client's (θ, F, mean CE), up to float round-off; None for a model that draws (dropout)."""
+    if not fm.row_wise:
         return None
+    paper = p.fisher_norm == "paper"
     fisher = StackedFisher(w_start, [len(d) for d in datas], int(p.batch_size))
-    W, losses, _ = train_local_batched(fm, w_start, datas, rngs, epochs=int(p.local_epochs),
-                                       batch_size=int(p.batch_size), lr=float(p.lr), optimizer=p.optimizer,
-                                       clip=p.grad_clip, extra_grad=penalty_grad, on_grad=fisher)
+
+    def per_example(plan, W, s):                  # Eq. 22: F += mean_i (∇ CE_i)² of the clients taking step s
+        def add(G2, index):
+            if index is None:
+                fisher.fisher.add_(G2)
+            else:
+                fisher.fisher[index] += G2
+        return plan.example_gradients(W, s, add)
+
+    W, losses, steps = train_local_batched(fm, w_start, datas, rngs, epochs=int(p.local_epochs),
+                                           batch_size=int(p.batch_size), lr=float(p.lr), optimizer=p.optimizer,
+                                           clip=p.grad_clip, extra_grad=penalty_grad,
+                                           on_grad=None if paper else fisher, gradient=per_example if paper else None)
+    if paper:
+        for c, n in enumerate(steps):
+            fisher.fisher[c] /= max(n, 1)
     return [(W[c], fisher.fisher[c], losses[c]) for c in range(len(datas))]
 
 
