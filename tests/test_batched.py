@@ -285,16 +285,18 @@ def test_fedavg_clients_with_weight_decay_batch(name, extra, tmp_path, synthetic
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
 
 
-@pytest.mark.parametrize("client_optimizer", ["fresh", "persistent"])
-def test_function_space_terms_batch_to_the_sequential_numbers(client_optimizer, tmp_path, synthetic_run_data,
-                                                              cfg_factory):
+@pytest.mark.parametrize("client_optimizer,participation", [("fresh", 1.0), ("persistent", 1.0), ("fresh", 0.5)])
+def test_function_space_terms_batch_to_the_sequential_numbers(client_optimizer, participation, tmp_path,
+                                                              synthetic_run_data, cfg_factory):
     """FedLap-Func's function-space terms (soft CE of the network on every memory point against the global
     model's predictions, minus its own previous contribution) as one ``vmap(grad)`` over the stacked
     clients, their own memory points padded (unequal class counts). Three rounds of unequal clients (round 1
-    without the terms) agree with the sequential run to round-off, every round batched."""
+    without the terms) agree with the sequential run to round-off, every round batched. With half the
+    clients a round, a client first sampled after round 1 sends its memory then (it crashed the server
+    before) and trains without the terms beside clients that have them."""
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 2, "client_optimizer": client_optimizer,
           "delta": 0.1, "rho": "data", "tau": 0.5, "memory_per_class": 3, "server_iters": 5, "server_lr": 0.001}
-    cfg = cfg_factory(method="fedlap_func", hparams=hp, rounds=3, save_rounds=[3])
+    cfg = cfg_factory(method="fedlap_func", hparams=hp, rounds=3, save_rounds=[3], participation=participation)
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-4, state_tol=1e-4, batched_rounds=3)
 
 

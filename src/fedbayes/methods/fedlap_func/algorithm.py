@@ -93,13 +93,15 @@ class FedLapFunc(FedLap):
         return rnd > 1 and "x_mem" in down and "yhat" in state
 
     def client_message(self, k, w, loss, w_g, x_own, state, rnd):
+        """(message, state, loss): the new dual and soft labels, and in the client's first round (no soft
+        labels yet) its memory points and τ."""
         v_new = state["v"] + self.rho(k, rnd) * (w - w_g)
         with torch.no_grad():
             yhat = torch.softmax(self.fm(w, x_own), -1)
-        state.update(v=v_new, yhat=yhat)
         msg = {"v": v_new, "yhat": yhat}
-        if rnd == 1:
+        if "yhat" not in state:
             msg.update(x_mem=x_own, tau=state["tau"])
+        state.update(v=v_new, yhat=yhat)
         return msg, state, loss
 
     def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
@@ -151,16 +153,20 @@ class FedLapFunc(FedLap):
 
     def server_update(self, server, messages, rnd):
         server = super().server_update(server, messages, rnd)  # w = Σ_k v_k
-        if "x_mem" in next(iter(messages.values())):  # round 1: memory inputs, τ and first soft labels
-            ks = sorted(messages)
-            server["x_mem"] = torch.cat([messages[k]["x_mem"] for k in ks])
-            server["tau_mem"] = torch.cat([messages[k]["tau"] for k in ks])
-            server["owner"] = torch.cat([torch.full((len(messages[k]["tau"]),), k, device=server["w"].device) for k in ks])
-            server["yhat"] = torch.cat([messages[k]["yhat"] for k in ks])
-        else:
+        old = [k for k in messages if "x_mem" not in messages[k]]
+        if old:                                        # soft labels of memory the server holds
             server["yhat"] = server["yhat"].clone()
-            for k, m in messages.items():
-                server["yhat"][server["owner"] == k] = m["yhat"]
+            for k in old:
+                server["yhat"][server["owner"] == k] = messages[k]["yhat"]
+        new = sorted(k for k in messages if "x_mem" in messages[k])
+        if new:                                        # a client's first round: its memory inputs, τ, soft labels
+            dev = server["w"].device
+            parts = {"x_mem": [messages[k]["x_mem"] for k in new], "tau_mem": [messages[k]["tau"] for k in new],
+                     "owner": [torch.full((len(messages[k]["tau"]),), k, device=dev) for k in new],
+                     "yhat": [messages[k]["yhat"] for k in new]}
+            for key, vals in parts.items():
+                held = [server[key]] if key in server and len(server[key]) else []
+                server[key] = torch.cat(held + vals)
         if not len(server["x_mem"]):
             return server
         wbar, delta = server["w"], float(self.p.delta)
