@@ -240,14 +240,18 @@ FEDAVGM = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 2, 
                                         ("fedep_i", {"burn_in": 1}), ("fedep_m", {"burn_in": 1}),
                                         ("fedep_l", {"burn_in": 1, "laplace_epochs": 1}),
                                         ("fedep_v", {"burn_in": 1, "ngvi_epochs": 1}),
-                                        ("fedsep_i", {"burn_in": 1}), ("fedsep_m", {"burn_in": 0})])
+                                        ("fedsep_i", {"burn_in": 1}), ("fedsep_m", {"burn_in": 0}),
+                                        ("fedep_m", {"burn_in": 1, "participation": 0.5})])
 def test_fedavgm_family_batches_every_round(name, extra, tmp_path, synthetic_run_data, cfg_factory):
     """FedAvg-M's clients (SGD-M, weight decay in ``sgd_epochs``' form) trained together in its own rounds
     and in the burn-in; after it FedPA's and FedEP/FedSEP's sampling rounds too: the iterate samples of each
     client from the one batched loop (``StackedIterates``), the tilted objective's extra gradient with the
     clients' stacked cavities, then each client's tilted precision (I, M, L, V) from its own stream. Three
-    rounds of unequal clients agree with the sequential run to round-off, every round batched."""
-    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra})
+    rounds of unequal clients agree with the sequential run to round-off, every round batched (with half the
+    clients a round, FedEP's sites first visited after the burn-in start from μ0)."""
+    extra = dict(extra)
+    over = {"participation": extra.pop("participation")} if "participation" in extra else {}
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra}, **over)
     assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
 
 
@@ -276,7 +280,10 @@ def test_fisher_sums_batch_to_the_sequential_numbers(name, extra, tmp_path, synt
 
 
 @pytest.mark.parametrize("name,extra", [("fedbe", {"server_unlabeled": 0.2, "teacher_samples": 2, "server_epochs": 1}),
-                                        ("fedavg", {"weight_decay": 1e-3})], ids=["fedbe", "fedavg-weight-decay"])
+                                        ("fedavg", {"weight_decay": 1e-3}),
+                                        ("fedavg", {"weight_decay": 1e-3, "optimizer": "adam", "lr": 0.003,
+                                                    "client_optimizer": "persistent"})],
+                         ids=["fedbe", "fedavg-weight-decay", "fedavg-weight-decay-persistent-adam"])
 def test_fedavg_clients_with_weight_decay_batch(name, extra, tmp_path, synthetic_run_data, cfg_factory):
     """FedAvg's client with weight decay (its gradient (2θ)·(½ λ_wd) on the stacked weights, autograd's
     rounding of the term) and FedBE's FedAvg clients (its server distils from the messages): three rounds
