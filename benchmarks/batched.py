@@ -22,6 +22,7 @@ import argparse
 import copy
 import datetime
 import json
+import os
 import sys
 import tempfile
 import time
@@ -76,11 +77,22 @@ def measure(p: dict, name: str, experiment: str, method: str, changes: dict, arg
     if full_samples:
         hp["pred_samples"] = min(full_samples, args.eval_samples)
     data = make_data(p, experiment, cfg, device)
-    res = {True: run_once(copy.deepcopy(cfg), data, device, True)}
+    from fedbayes.methods.core import graphs
+
+    graphs.outcomes.clear()
+    res = {True: run_once(copy.deepcopy(cfg), data, device, True)}   # on a GPU: the step replayed as a CUDA graph
+    steps_ran = dict(graphs.outcomes)
+    if device.type == "cuda" and res[True]["batched_rounds"]:        # and together, eagerly
+        os.environ["FEDBAYES_CUDA_GRAPHS"] = "0"
+        try:
+            res["eager"] = run_once(copy.deepcopy(cfg), data, device, True)
+        finally:
+            os.environ["FEDBAYES_CUDA_GRAPHS"] = "1"
     # a method without a batched form ran one by one already: that run is the sequential one
     res[False] = run_once(copy.deepcopy(cfg), data, device, False) if res[True]["batched_rounds"] else res[True]
     measured = lambda r: [h for h in r["hist"] if h["round"] > args.warmup]  # noqa: E731
     per = {b: float(np.mean([h["time_s"] for h in measured(r)])) for b, r in res.items()}
+    graph = "eager" in res
     evals = {b: [h["eval_s"] for h in measured(r) if "eval_s" in h] for b, r in res.items()}
     last = {b: r["hist"][-1] for b, r in res.items()}
     batched = res[True]["batched_rounds"] > 0
@@ -95,6 +107,11 @@ def measure(p: dict, name: str, experiment: str, method: str, changes: dict, arg
         "eval_s": round(float(np.mean(evals[False])), 4) if evals[False] else None,
         "pred_samples": full_samples or None, "pred_samples_run": hp.get("pred_samples") if full_samples else None,
         "max_rel_difference": max_difference(res[False]["post"], res[True]["post"]) if batched else None,
+        # GPU: the batched step eagerly (FEDBAYES_CUDA_GRAPHS=0) beside the captured one; how the loops ran
+        "batched_eager_s_per_round": round(per["eager"], 4) if graph else None,
+        "batched_eager_peak_mib": res["eager"]["peak_mib"] if graph else None,
+        "graph_vs_eager_max_rel_difference": max_difference(res["eager"]["post"], res[True]["post"]) if graph else None,
+        "batched_loops": steps_ran,
         "test_nll": [last[False].get("test/nll"), last[True].get("test/nll")],
         "test_acc": [last[False].get("test/acc"), last[True].get("test/acc")],
         "torch": torch.__version__, "time": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -110,6 +127,7 @@ def markdown(rows: list[dict]) -> str:
              "max rel. diff = the largest difference between the two runs' final server tensors, relative to the tensor's largest magnitude.", "",
              "| protocol | experiment | clients/round | one by one s/round | together s/round | speed-up | peak MiB (one by one / together) | max rel. diff | test NLL (one by one / together) |",
              "|---|---|---|---|---|---|---|---|---|"]
+    graph_rows = [r for r in rows if r.get("batched_eager_s_per_round")]
     for r in rows:
         peak = "–" if r["sequential_peak_mib"] is None else \
             f"{r['sequential_peak_mib']:.0f} / {r['batched_peak_mib']:.0f}" if r["batches"] else f"{r['sequential_peak_mib']:.0f} / –"
@@ -119,6 +137,18 @@ def markdown(rows: list[dict]) -> str:
                      + (f"{r['batched_s_per_round']:.3f} | {r['speedup']:.2f}× | " if r["batches"] else "sequential only | – | ")
                      + f"{peak} | " + ("–" if r["max_rel_difference"] is None else f"{r['max_rel_difference']:.1e}")
                      + f" | {nll} |")
+    if graph_rows:
+        lines += ["", "Together, the step replayed as a CUDA graph (`methods.core.graphs`, the default on a GPU) "
+                  "beside the same step eagerly (`FEDBAYES_CUDA_GRAPHS=0`), in the same process; max rel. diff = "
+                  "between the two batched runs' final server tensors; loops = how the batched local loops ran.", "",
+                  "| protocol | together eager s/round | together graph s/round | graph speed-up | peak MiB (eager / graph) | max rel. diff | loops |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in graph_rows:
+            loops = ", ".join(f"{k}: {v}" for k, v in sorted(r.get("batched_loops", {}).items()))
+            lines.append(f"| {r['protocol']} | {r['batched_eager_s_per_round']:.3f} | {r['batched_s_per_round']:.3f} | "
+                         f"{r['batched_eager_s_per_round'] / r['batched_s_per_round']:.2f}× | "
+                         f"{r['batched_eager_peak_mib']:.0f} / {r['batched_peak_mib']:.0f} | "
+                         f"{r['graph_vs_eager_max_rel_difference']:.1e} | {loops} |")
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +187,8 @@ def main():
         r = rows[name]
         print(f"{name:12s} one by one {r['sequential_s_per_round']:.3f} s/round, together "
               f"{r['batched_s_per_round'] if r['batches'] else '-'} (max |diff| {r['max_rel_difference']}), "
+              f"together eager {r['batched_eager_s_per_round']} (graph vs eager {r['graph_vs_eager_max_rel_difference']}), "
+              f"loops {r['batched_loops']}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
         order = [n for n, *_ in PROTOCOLS]
         ordered = sorted(rows.values(), key=lambda r: (order.index(r["protocol"].partition("@")[0]), r["protocol"]))

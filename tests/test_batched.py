@@ -1,5 +1,7 @@
-"""Clients trained together (``batch_clients``, issue 22 item 3): the same minibatches and, up to float
-round-off, the same numbers as training them one by one."""
+"""Clients trained together (``batch_clients``): the same minibatches and, up to float round-off, the same
+numbers as training them one by one. Every test runs twice: with the loop that leaves finished clients
+out (``subset``, the CPU's) and with the recordable step a GPU captures as a CUDA graph (``static``, run
+eagerly here: ``methods.core.graphs``)."""
 
 import json
 
@@ -11,6 +13,12 @@ from fedbayes.engine import run_federated
 from fedbayes.methods.core.local import minibatch_plan, minibatches
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True, params=["subset", "static"])
+def loop_mode(request, monkeypatch):
+    monkeypatch.setenv("FEDBAYES_CUDA_GRAPHS", "static" if request.param == "static" else "1")
+    return request.param
 
 
 @pytest.mark.parametrize("n,bs,epochs", [(100, 32, 3), (64, 32, 2), (5, 32, 1), (33, 8, 4)])
@@ -357,3 +365,28 @@ def test_chunk_size_is_one_network_on_a_cpu():
     x = torch.randn(50, 1, 28, 28)
     assert networks_per_chunk(fm, x, 100) == 1
     assert row_floats(fm, x) == 784 + 32 + 32 + 16 + 16 + 10
+
+
+def test_graph_mode_is_named_and_checked(monkeypatch):
+    from fedbayes.methods.core import graphs
+
+    monkeypatch.setenv("FEDBAYES_CUDA_GRAPHS", "1")
+    assert graphs.mode(CPU) == "subset" and graphs.mode(torch.device("cuda")) == "graph"
+    monkeypatch.setenv("FEDBAYES_CUDA_GRAPHS", "0")
+    assert graphs.mode(torch.device("cuda")) == "subset"
+    monkeypatch.setenv("FEDBAYES_CUDA_GRAPHS", "yes")
+    with pytest.raises(ValueError, match="FEDBAYES_CUDA_GRAPHS"):
+        graphs.mode(CPU)
+
+
+def test_static_step_keeps_finished_clients_and_counts_steps():
+    """``run_steps`` hands the step its index as a device counter; ``keep_finished`` puts back the rows
+    of clients that are not live."""
+    from fedbayes.methods.core import graphs
+
+    seen = []
+    assert graphs.run_steps(lambda s_t: seen.append(int(s_t)), 5, device=CPU, capture=False) == "eager"
+    assert seen == [0, 1, 2, 3, 4]
+    new, old = torch.arange(6.0).reshape(3, 2), -torch.ones(3, 2)
+    graphs.keep_finished(torch.tensor([True, False, True]), [(new, old)])
+    assert new.tolist() == [[0.0, 1.0], [-1.0, -1.0], [4.0, 5.0]]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedbayes.methods.core import kernels
+from fedbayes.methods.core import graphs, kernels
 from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
 from fedbayes.methods.core.local import StackedPlan, train_local
 from fedbayes.methods.spec import Hyperparameters
@@ -320,7 +320,30 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
             step = _ivon_step_
             step(*args, **kws, **kw)
 
-    for s in range(S):
+    how = graphs.mode(dev)
+    if how != "subset":   # the recordable step (``graphs``): every client every step, finished ones put back
+        lr_now, bias_now = torch.empty_like(ess), torch.empty_like(ess)
+
+        def static_step(s_t):
+            with torch.no_grad():
+                for c in range(C):
+                    kernels.randn_(noise[c], generators[c])
+                torch.mul(HD, ess, out=std)
+                std.rsqrt_()
+                noise.mul_(std)
+                theta = M + noise
+            grad = plan.gradient_static(theta, s_t)
+            with torch.no_grad():
+                nxg = noise.mul_(grad)
+                old = [(x, x.clone()) for x in (M, H, G, HD)]
+                lr_now.copy_(graphs.at(lr_t, s_t)[:, None])
+                bias_now.copy_(graphs.at(bias_t, s_t)[:, None])
+                update(M, H, G, 0, grad, nxg, HD, A, B, lr=lr_now, ess=ess, delta=delta, prior_mean=prior,
+                       v=V, u=U, bias=bias_now)
+                graphs.keep_finished(plan.live(s_t), old)
+
+        graphs.run_steps(static_step, S, device=dev, generators=generators, capture=how == "graph")
+    for s in range(S if how == "subset" else 0):
         act = plan.active(s)
         with torch.no_grad():
             for c in act:

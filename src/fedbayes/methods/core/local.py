@@ -29,6 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedbayes.methods.core import graphs
+
 Tensors = dict[str, torch.Tensor]
 
 
@@ -200,7 +202,12 @@ class StackedPlan:
         def loss_one(w, xb, yb, mb):
             return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
 
+        def loss_static(w, xb, yb, mb):   # a finished client's all-zero mask: loss 0, gradient 0 (not 0/0)
+            return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum().clamp(min=1.0)
+
         self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
+        self._grad_and_loss_static = torch.func.vmap(torch.func.grad_and_value(loss_static))
+        self.steps_t = torch.tensor(self.steps, device=device)
         self._fm, self._loss_fn = fm, loss_fn
         self.total = torch.zeros(C, dtype=torch.float64, device=device)
         self._active = list(range(C))
@@ -264,6 +271,19 @@ class StackedPlan:
         g[ix] = g_act
         return g
 
+    def live(self, s_t: torch.Tensor) -> torch.Tensor:
+        """(C,) bool: which clients take step ``s_t`` (a device step counter, ``graphs.at``)."""
+        return self.steps_t > s_t
+
+    def gradient_static(self, W: torch.Tensor, s_t: torch.Tensor) -> torch.Tensor:
+        """``gradient`` at the device step counter ``s_t`` for every client (a recordable step,
+        ``graphs``): a client past its last step has an all-zero mask, so a zero gradient and loss; a
+        live one's mask sums to at least 1, where the clamp changes nothing."""
+        rows, mask = graphs.at(self.rows, s_t), graphs.at(self.mask, s_t)
+        g, loss = self._grad_and_loss_static(W, self.x[rows], self.y[rows], mask)
+        self.total += loss.detach().double()
+        return g
+
     def mean_losses(self) -> list[float]:
         return (self.total.cpu() / torch.tensor(self.steps, dtype=torch.float64, device="cpu")).tolist()
 
@@ -291,7 +311,9 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     G (C, P) of step s before ``extra_grad`` (a Fisher sum: ``StackedFisher``), ``after_step(W, s, active)``
     reads the weights after step s (iterate samples: ``StackedIterates``); ``active`` lists the clients that
     took step s (the others' rows of G are zeros, of W unchanged). ``gradient(plan, W, s)`` replaces the
-    step's minibatch gradients (``train_local``'s ``gradient``; e.g. ``plan.example_gradients``).
+    step's minibatch gradients (``train_local``'s ``gradient``; e.g. ``plan.example_gradients``). A hook
+    with a ``static`` method also runs in the recordable step (``graphs``); with another hook (or
+    ``gradient``) the loop leaves finished clients out eagerly.
     ``train_local``'s ``extra_loss`` has no batched form: a method that needs it trains one by one.
     Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
 
@@ -314,7 +336,14 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
         for c, st in enumerate(states or []):
             if "opt/buf" in st:
                 buf[c], has_buf[c] = st["opt/buf"], True
-    for s in range(plan.n_steps):
+    how = graphs.mode(dev)
+    if gradient is not None or any(h is not None and not hasattr(h, "static") for h in (on_grad, after_step)):
+        how = "subset"                                  # a hook without a recordable form
+    if how != "subset":
+        _static_steps(plan, W, extra_grad, clip, optimizer, lr, momentum, capture=how == "graph",
+                      adam=(m, v, t) if optimizer == "adam" else None, sgd=None if optimizer == "adam" else (buf, has_buf),
+                      on_grad=on_grad, after_step=after_step)
+    for s in range(plan.n_steps if how == "subset" else 0):
         active = plan.active(s)
         g = plan.gradient(W, s) if gradient is None else gradient(plan, W, s)
         if on_grad is not None:
@@ -364,7 +393,7 @@ class StackedIterates:
 
     def __init__(self, start: torch.Tensor, sizes: list[int], batch_size: int, epochs: int, average: bool = False):
         self.per_epoch = [-(-int(n) // int(batch_size)) for n in sizes]
-        self.average = average
+        self.epochs, self.average = int(epochs), average
         self.acc = torch.zeros(len(sizes), *start.shape, dtype=start.dtype, device=start.device)
         self.cnt = [0] * len(sizes)
         self.samples: list[list[torch.Tensor]] = [[] for _ in sizes]
@@ -382,8 +411,39 @@ class StackedIterates:
                 self.acc[c].zero_()
                 self.cnt[c] = 0
 
+    def static(self, W: torch.Tensor, s_t: torch.Tensor, live: torch.Tensor) -> None:
+        """``__call__`` in a recordable step (``graphs``): step ``s_t`` of every client, ``live`` (C,) the
+        clients that took it; epoch ends and sample slots read from device tables, the samples kept in
+        one (C, epochs, P) buffer."""
+        if not hasattr(self, "_ends"):
+            C, E = len(self.cnt), self.epochs
+            S = E * max(self.per_epoch)
+            ends = np.zeros((S, C), dtype=bool)
+            slot = np.zeros((S, C), dtype=np.int64)
+            for c, k in enumerate(self.per_epoch):
+                ends[k - 1:E * k:k, c] = True
+                slot[:E * k, c] = np.arange(E * k) // k
+            dev = W.device
+            self._ends, self._slot = torch.from_numpy(ends).to(dev), torch.from_numpy(slot).to(dev)
+            self._cnt = torch.zeros(C, dtype=W.dtype, device=dev)
+            self._buf = torch.zeros(C, E, *W.shape[1:], dtype=W.dtype, device=dev)
+            self._rows = torch.arange(C, device=dev)
+        keep = live.view(-1, *([1] * (W.dim() - 1)))
+        if self.average:
+            self.acc.add_(torch.where(keep, W, torch.zeros_like(W)))
+        self._cnt.add_(live.to(W.dtype))
+        end = graphs.at(self._ends, s_t)
+        slot = graphs.at(self._slot, s_t)
+        val = self.acc / self._cnt.clamp(min=1.0).view_as(keep) if self.average else W
+        end_ = end.view_as(keep)
+        self._buf[self._rows, slot] = torch.where(end_, val, self._buf[self._rows, slot])
+        self.acc.copy_(torch.where(end_, torch.zeros_like(self.acc), self.acc))
+        self._cnt.copy_(torch.where(end, torch.zeros_like(self._cnt), self._cnt))
+
     def stacked(self) -> list[torch.Tensor]:
         """Each client's samples, (epochs, P)."""
+        if hasattr(self, "_buf"):
+            return list(self._buf)
         return [torch.stack(s) for s in self.samples]
 
 
@@ -392,8 +452,8 @@ class StackedFisher:
     ``on_grad`` with ``kernels.add_scaled_square_``) for C clients trained together (``train_local_batched``'s
     ``on_grad``): one pass over the stacked gradients a step. Minibatch sizes follow ``minibatches``."""
 
-    def __init__(self, like: torch.Tensor, sizes: list[int], batch_size: int):
-        self.sizes, self.bs = [int(n) for n in sizes], int(batch_size)
+    def __init__(self, like: torch.Tensor, sizes: list[int], batch_size: int, epochs: int = 1):
+        self.sizes, self.bs, self.epochs = [int(n) for n in sizes], int(batch_size), int(epochs)
         self.per_epoch = [-(-n // self.bs) for n in self.sizes]
         self.fisher = torch.zeros(len(sizes), *like.shape, dtype=like.dtype, device=like.device)
         self._coef = torch.zeros(len(sizes), 1, dtype=like.dtype, device=like.device)
@@ -405,6 +465,66 @@ class StackedFisher:
             coef[c] = (min(self.bs, n - b * self.bs)) / n
         self._coef.copy_(torch.tensor(coef, dtype=self._coef.dtype, device=self._coef.device)[:, None])
         self.fisher.add_(torch.mul(G, G).mul_(self._coef))
+
+    def static(self, G: torch.Tensor, s_t: torch.Tensor) -> None:
+        """``__call__`` in a recordable step (``graphs``): the coefficients of step ``s_t`` from a device
+        table (zero past a client's last step, where G's row is zero too)."""
+        if not hasattr(self, "_table"):
+            S = self.epochs * max(self.per_epoch)
+            table = np.zeros((S, len(self.sizes)))
+            for c, (n, k) in enumerate(zip(self.sizes, self.per_epoch)):
+                for s in range(self.epochs * k):
+                    b = s % k
+                    table[s, c] = min(self.bs, n - b * self.bs) / n
+            self._table = torch.from_numpy(table).to(device=G.device, dtype=G.dtype)
+        self.fisher.add_(torch.mul(G, G).mul_(graphs.at(self._table, s_t)[:, None]))
+
+def _static_steps(plan: StackedPlan, W: torch.Tensor, extra_grad, clip, optimizer: str, lr: float, momentum: float,
+                  *, capture: bool, adam: tuple | None, sgd: tuple | None, on_grad=None, after_step=None) -> None:
+    """``train_local_batched``'s steps as a recordable step (``graphs``): every client every step, a
+    finished client's state put back after the update; the same operations on the live clients. The hooks
+    run in their recordable form (``on_grad.static(G, s_t)``, ``after_step.static(W, s_t, live)``)."""
+    C = W.shape[0]
+    rows = lambda x: [x[c] for c in range(C)]  # noqa: E731
+    Ws = rows(W)
+
+    def step(s_t):
+        g = plan.gradient_static(W, s_t)
+        if on_grad is not None:
+            on_grad.static(g, s_t)
+        if extra_grad is not None:
+            g.add_(extra_grad(W))
+        if clip:
+            clip_rows_(g, clip)
+        live = plan.live(s_t)
+        if adam is not None:
+            m, v, t = adam
+            old = [(x, x.clone()) for x in (W, m, v, t)]
+            ts = rows(t)
+            torch._foreach_add_(ts, 1.0)
+            torch._fused_adam_(Ws, rows(g), rows(m), rows(v), [], ts, amsgrad=False, lr=float(lr), beta1=0.9,
+                               beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
+                               found_inf=None)
+        elif momentum:
+            buf, has_buf = sgd
+            old = [(W, W.clone()), (buf, buf.clone())]
+            fresh = [c for c in range(C) if not has_buf[c]]    # step 0 only: every client takes step 0
+            for c in fresh:
+                buf[c].copy_(g[c])
+                has_buf[c] = True
+            rest = [c for c in range(C) if c not in fresh]
+            if rest:
+                torch._foreach_mul_([buf[c] for c in rest], float(momentum))
+                torch._foreach_add_([buf[c] for c in rest], [g[c] for c in rest])
+            torch._foreach_add_(Ws, rows(buf), alpha=-float(lr))
+        else:
+            old = [(W, W.clone())]
+            torch._foreach_add_(Ws, rows(g), alpha=-float(lr))
+        graphs.keep_finished(live, old)
+        if after_step is not None:
+            after_step.static(W, s_t, live)
+
+    graphs.run_steps(step, plan.n_steps, device=W.device, capture=capture)
 
 
 def clip_rows_(G: torch.Tensor, max_norm: float) -> None:

@@ -94,7 +94,7 @@ def sgd_accumulating_fisher_batched(fm, p, w_start: torch.Tensor, datas: list[Cl
     if not fm.row_wise:
         return None
     paper = p.fisher_norm == "paper"
-    fisher = StackedFisher(w_start, [len(d) for d in datas], int(p.batch_size))
+    fisher = StackedFisher(w_start, [len(d) for d in datas], int(p.batch_size), int(p.local_epochs))
 
     def per_example(plan, W, s):                  # Eq. 22: F += mean_i (∇ CE_i)² of the clients taking step s
         def add(G2, index):
