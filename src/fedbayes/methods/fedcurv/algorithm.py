@@ -153,7 +153,7 @@ class FedCurv(Method):
     def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
         """The round's clients trained together: the penalty's closed-form gradient on the stacked weights
         (``penalty_grad``) in the one batched loop, then the offline Fishers (``offline_fishers``)."""
-        if self.p.client_optimizer != "fresh":   # one by one, FedCurv keeps no optimiser state
+        if self.p.client_optimizer != "fresh":   # FedCurv keeps no optimiser state: client_update says so
             return None
         results = local_train_batched(self, down["w"], datas, rngs, states, self.penalty_grad(down, states, rnd))
         if results is None:
