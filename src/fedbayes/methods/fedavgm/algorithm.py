@@ -87,11 +87,12 @@ class FedAvgM(Method):
         msg, loss = self.fedavg_client(down, data, rng)
         return msg, state, loss
 
-    def sgd_epochs_batched(self, start, datas, rngs, epochs, extra_grad=None, average=False):
+    def sgd_epochs_batched(self, start, datas, rngs, epochs, extra_grad=None, average=False, samples=True):
         """``sgd_epochs`` for C clients together, all from ``start`` (``train_local_batched``: SGD-M with a
         fresh buffer each, the weight-decay gradient in ``sgd_epochs``' form (2θ)·(½ λ_wd) added after
         ``extra_grad(W)`` of the stacked weights W (C, P), the iterate samples by ``StackedIterates``):
-        each client's (samples, mean loss), up to float round-off; None where the model draws (dropout)."""
+        each client's (samples, mean loss), up to float round-off; None where the model draws (dropout).
+        ``samples=False``: the last iterate alone, (1, P), with no hook in the loop."""
         if not self.fm.row_wise:
             return None
         wd = float(self.p.weight_decay)
@@ -104,12 +105,13 @@ class FedAvgM(Method):
                 g = g_wd if g is None else g.add_(g_wd)
             return g
 
-        trace = StackedIterates(start, [len(d) for d in datas], int(self.p.batch_size), epochs, average)
-        _, losses, _ = train_local_batched(
+        trace = StackedIterates(start, [len(d) for d in datas], int(self.p.batch_size), epochs, average) \
+            if samples else None
+        W, losses, _ = train_local_batched(
             self.fm, start, datas, rngs, epochs=epochs, batch_size=int(self.p.batch_size), lr=float(self.p.lr),
             optimizer="sgd", momentum=float(self.p.momentum),
             extra_grad=penalty_grad if (wd or extra_grad is not None) else None, after_step=trace)
-        return list(zip(trace.stacked(), losses))
+        return list(zip(trace.stacked() if samples else W.unsqueeze(1), losses))
 
     def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
         """The FedAvg-M rounds (FedAvg-M's own, and the burn-in of FedPA, FedEP and FedSEP, whose clients
@@ -119,7 +121,7 @@ class FedAvgM(Method):
             return self.client_updates_after_burn_in(ks, down, states, datas, rngs, rnd)
         if type(self).fedavg_client is not FedAvgM.fedavg_client:
             return None
-        out = self.sgd_epochs_batched(down["w"], datas, rngs, int(self.p.local_epochs))
+        out = self.sgd_epochs_batched(down["w"], datas, rngs, int(self.p.local_epochs), samples=False)
         if out is None:
             return None
         return [({"delta": down["w"] - samples[-1]}, st, loss) for (samples, loss), st in zip(out, states)]
