@@ -65,15 +65,14 @@ def test_fedprox_batches_its_proximal_term(tmp_path, synthetic_run_data, cfg_fac
 
 
 def test_a_term_without_a_batched_form_trains_one_by_one(tmp_path, synthetic_run_data, cfg_factory):
-    """FedProx with the unsquared norm (a norm per client) and FedAvg with weight decay (an extra loss):
-    the batched switch leaves them to the sequential loop, bit for bit."""
-    for name, method, extra in (("unsquared", "fedprox", {"alpha": 0.1, "prox_norm": "unsquared"}),
-                                ("wd", "fedavg", {"weight_decay": 1e-3})):
-        cfg = cfg_factory(method=method, rounds=2, save_rounds=[2], hparams={**cfg_factory()["hparams"], **extra})
-        a = run_federated(cfg, synthetic_run_data, tmp_path / f"{name}a", CPU, log=lambda m: None, batch_clients=True)
-        b = run_federated(cfg, synthetic_run_data, tmp_path / f"{name}b", CPU, log=lambda m: None, batch_clients=False)
-        assert [r.get("test/acc") for r in a] == [r.get("test/acc") for r in b]
-        assert "batched_rounds" not in json.loads((tmp_path / f"{name}a" / "run.json").read_text())
+    """FedProx with the unsquared norm (a norm per client): the batched switch leaves it to the sequential
+    loop, bit for bit."""
+    cfg = cfg_factory(method="fedprox", rounds=2, save_rounds=[2],
+                      hparams={**cfg_factory()["hparams"], "alpha": 0.1, "prox_norm": "unsquared"})
+    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
+    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
+    assert [r.get("test/acc") for r in a] == [r.get("test/acc") for r in b]
+    assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
 
 
 def test_unbatchable_hyperparameters_fall_back(tmp_path, synthetic_run_data, cfg_factory):
@@ -245,14 +244,127 @@ FEDAVGM = {"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 2, 
            "weight_decay": 1e-3, "server_lr": 0.5, "server_momentum": 0.9}
 
 
-@pytest.mark.parametrize("name,extra", [("fedavgm", {}), ("fedpa", {"burn_in": 2, "shrinkage": 0.01})])
-def test_fedavgm_rounds_batch_and_the_rest_train_one_by_one(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+@pytest.mark.parametrize("name,extra", [("fedavgm", {}), ("fedpa", {"burn_in": 1, "shrinkage": 0.01}),
+                                        ("fedep_i", {"burn_in": 1}), ("fedep_m", {"burn_in": 1}),
+                                        ("fedep_l", {"burn_in": 1, "laplace_epochs": 1}),
+                                        ("fedep_v", {"burn_in": 1, "ngvi_epochs": 1}),
+                                        ("fedsep_i", {"burn_in": 1}), ("fedsep_m", {"burn_in": 0}),
+                                        ("fedep_m", {"burn_in": 1, "participation": 0.5})])
+def test_fedavgm_family_batches_every_round(name, extra, tmp_path, synthetic_run_data, cfg_factory):
     """FedAvg-M's clients (SGD-M, weight decay in ``sgd_epochs``' form) trained together in its own rounds
-    and in FedPA's burn-in; FedPA's sampling rounds after it train one by one. Three rounds of unequal
-    clients agree with the sequential run to round-off; the batched run batched exactly the FedAvg-M rounds."""
-    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra})
-    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4,
-                                 batched_rounds=extra.get("burn_in", 3))
+    and in the burn-in; after it FedPA's and FedEP/FedSEP's sampling rounds too: the iterate samples of each
+    client from the one batched loop (``StackedIterates``), the tilted objective's extra gradient with the
+    clients' stacked cavities, then each client's tilted precision (I, M, L, V) from its own stream. Three
+    rounds of unequal clients agree with the sequential run to round-off, every round batched (with half the
+    clients a round, FedEP's sites first visited after the burn-in start from μ0)."""
+    extra = dict(extra)
+    over = {"participation": extra.pop("participation")} if "participation" in extra else {}
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**FEDAVGM, **extra}, **over)
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
+
+
+FISHER_SUMS = [("fola", {"lambda_prior": 10.0}), ("fola", {"lambda_prior": 10.0, "prior_loss": "released"}),
+               ("fola", {"lambda_prior": 10.0, "optimizer": "adam", "lr": 0.003}),
+               ("fola", {"lambda_prior": 10.0, "fisher_norm": "paper"}),
+               ("fedcurv", {"lambda_prior": 1.0}), ("fedcurv", {"lambda_prior": 10.0, "anchor": "global"}),
+               ("fedcurv", {"lambda_prior": 1.0, "fisher_norm": "paper"}),
+               ("fedcurv", {"lambda_prior": 1.0, "fisher_norm": "ggn", "anchor": "global"}),
+               ("fedcurv", {"lambda_prior": 1.0, "prior_loss": "released"})]
+
+
+@pytest.mark.parametrize("name,extra", FISHER_SUMS, ids=["fola", "fola-released", "fola-adam", "fola-paper", "fedcurv-clients",
+                                                          "fedcurv-global", "fedcurv-paper", "fedcurv-ggn",
+                                                          "fedcurv-released"])
+def test_fisher_sums_batch_to_the_sequential_numbers(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+    """FOLA's Fisher sum (Σ_t (|b_t|/N_n) g_t² of each client's data gradients, ``StackedFisher`` on the
+    batched loop's stacked gradients, the short last minibatch of an epoch weighted by its own size) and
+    its prior's gradient on the stacked weights; with ``fisher_norm: paper`` the per-example gradients that
+    make each step's gradient (``StackedPlan.example_gradients``), their mean squares summed; FedCurv's penalty (the others' Fishers, each client's own
+    removed; or the global anchor) in closed form on the stacked weights and its offline Fisher pass over
+    the stacked clients (``code``) or client by client (``paper``, ``ggn``): three rounds of unequal
+    clients give the sequential run's precisions and weights to round-off, every round batched."""
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
+
+
+@pytest.mark.parametrize("name,extra", [("fedbe", {"server_unlabeled": 0.2, "teacher_samples": 2, "server_epochs": 1}),
+                                        ("fedavg", {"weight_decay": 1e-3}),
+                                        ("fedavg", {"weight_decay": 1e-3, "optimizer": "adam", "lr": 0.003,
+                                                    "client_optimizer": "persistent"})],
+                         ids=["fedbe", "fedavg-weight-decay", "fedavg-weight-decay-persistent-adam"])
+def test_fedavg_clients_with_weight_decay_batch(name, extra, tmp_path, synthetic_run_data, cfg_factory):
+    """FedAvg's client with weight decay (its gradient (2θ)·(½ λ_wd) on the stacked weights, autograd's
+    rounding of the term) and FedBE's FedAvg clients (its server distils from the messages): three rounds
+    of unequal clients give the sequential run's numbers to round-off, every round batched."""
+    cfg = cfg_factory(method=name, rounds=3, save_rounds=[3], hparams={**SGD_CLIPPED, **extra})
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-5, state_tol=1e-4, batched_rounds=3)
+
+
+@pytest.mark.parametrize("client_optimizer,participation", [("fresh", 1.0), ("persistent", 1.0), ("fresh", 0.5)])
+def test_function_space_terms_batch_to_the_sequential_numbers(client_optimizer, participation, tmp_path,
+                                                              synthetic_run_data, cfg_factory):
+    """FedLap-Func's function-space terms (soft CE of the network on every memory point against the global
+    model's predictions, minus its own previous contribution) as one ``vmap(grad)`` over the stacked
+    clients, their own memory points padded (unequal class counts). Three rounds of unequal clients (round 1
+    without the terms) agree with the sequential run to round-off, every round batched. With half the
+    clients a round, a client first sampled after round 1 sends its memory then (it crashed the server
+    before) and trains without the terms beside clients that have them."""
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 2, "client_optimizer": client_optimizer,
+          "delta": 0.1, "rho": "data", "tau": 0.5, "memory_per_class": 3, "server_iters": 5, "server_lr": 0.001}
+    cfg = cfg_factory(method="fedlap_func", hparams=hp, rounds=3, save_rounds=[3], participation=participation)
+    assert_batched_is_sequential(cfg, synthetic_run_data, tmp_path, nll_tol=1e-4, state_tol=1e-4, batched_rounds=3)
+
+
+@pytest.mark.parametrize("model", [{"name": "mlp", "hidden": [32, 16], "activation": "relu"}, {"name": "lenet5"}])
+def test_sampled_predictive_in_chunks_is_one_by_one(model):
+    """A sampled predictive's networks through one vmapped forward per chunk (a GPU's default) give the
+    logits of the one-by-one loop (a CPU's default) up to round-off: the same draws, in the same order,
+    whatever the chunk (one that does not divide S included)."""
+    from fedbayes.methods.core.ivon import gaussian_samples_logits
+    from fedbayes.models import FlatModel, build_model
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model(model["name"], (1, 28, 28), 10, **{k: v for k, v in model.items() if k != "name"}))
+    mean = fm.flat_params()
+    std = torch.full_like(mean, 0.05)
+    x = torch.randn(37, 1, 28, 28)
+    one = gaussian_samples_logits(fm, mean, std, x, 7, seed=11)
+    assert torch.equal(one, gaussian_samples_logits(fm, mean, std, x, 7, seed=11, chunk=1))   # the CPU default
+    for chunk in (3, 7, 16):
+        assert torch.allclose(gaussian_samples_logits(fm, mean, std, x, 7, seed=11, chunk=chunk), one,
+                              rtol=1e-5, atol=1e-5)
+
+
+def test_local_accuracies_in_chunks_are_one_by_one(synthetic_run_data):
+    """The clients' local models (FOLA's local accuracy) evaluated in chunks through one vmapped forward:
+    each model's test accuracy as evaluated one by one, the test set cut in batches too."""
+    from fedbayes.engine.loop import local_accuracies, local_accuracy
+    from fedbayes.methods.core.base import RunContext
+    from fedbayes.methods import build_method
+    from fedbayes.models import FlatModel, build_model
+
+    torch.manual_seed(0)
+    fm = FlatModel(build_model("mlp", (1, 28, 28), 10, hidden=[32, 16], activation="relu"))
+    method = build_method("fedavg", fm, {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 1},
+                          np.array([100, 100]), RunContext())
+    ws = [fm.flat_params() + 0.3 * torch.randn(fm.n_params) for _ in range(5)]
+    one = [local_accuracy(method, w, synthetic_run_data, batch=64) for w in ws]
+    assert local_accuracies(method, ws, synthetic_run_data, batch=64) == one          # the CPU default
+    assert len(set(one)) > 1
+    for chunk in (2, 5):
+        assert local_accuracies(method, ws, synthetic_run_data, batch=64, chunk=chunk) == one
+
+
+def test_chunk_size_is_one_network_on_a_cpu():
+    """On a CPU the chunk is one network (the numbers stay the one-by-one loop's bit for bit); the
+    activation count a GPU's chunk is sized by is the leaf modules' outputs for one row."""
+    from fedbayes.methods.core.chunks import networks_per_chunk, row_floats
+    from fedbayes.models import FlatModel, build_model
+
+    fm = FlatModel(build_model("mlp", (1, 28, 28), 10, hidden=[32, 16], activation="relu"))
+    x = torch.randn(50, 1, 28, 28)
+    assert networks_per_chunk(fm, x, 100) == 1
+    assert row_floats(fm, x) == 784 + 32 + 32 + 16 + 16 + 10
 
 
 def test_graph_mode_is_named_and_checked(monkeypatch):

@@ -36,6 +36,7 @@ from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import build_method, method_specs
 from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.base import RunContext
+from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
 from fedbayes.methods.spec import REQUIRED, EngineOptions
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
@@ -129,6 +130,25 @@ def local_accuracy(method: Method, w: torch.Tensor, data: RunData, batch: int = 
     hits = sum(int((method.fm(w, data.x_test[i:i + batch]).argmax(-1) == data.y_test[i:i + batch]).sum())
                for i in range(0, len(data.y_test), batch))
     return hits / len(data.y_test)
+
+
+@torch.no_grad()
+def local_accuracies(method: Method, ws: list[torch.Tensor], data: RunData, batch: int = 4096,
+                     chunk: int | None = None) -> list[float]:
+    """``local_accuracy`` of each of the clients' models ``ws``: ``chunk`` models through one vmapped
+    forward a test batch (None: ``chunks.networks_per_chunk``, one on a CPU, as many as fit on a GPU)."""
+    fm = method.fm
+    if chunk is None:
+        chunk = networks_per_chunk(fm, data.x_test[:batch], len(ws)) if fm.row_wise else 1
+    if chunk <= 1:
+        return [local_accuracy(method, w, data, batch) for w in ws]
+    hits = torch.zeros(len(ws), dtype=torch.long, device=data.y_test.device)
+    for c in range(0, len(ws), chunk):
+        W = torch.stack(ws[c:c + chunk])
+        for i in range(0, len(data.y_test), batch):
+            pred = stacked_logits(fm, W, data.x_test[i:i + batch]).argmax(-1)
+            hits[c:c + chunk] += (pred == data.y_test[i:i + batch]).sum(-1)
+    return (hits.double() / len(data.y_test)).tolist()
 
 
 def _generators(method: Method, streams: list[tuple], device: torch.device) -> dict:
@@ -292,7 +312,7 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
         comm = {"train/loss": float(np.average(losses, weights=sizes[picked])), "clients": len(picked),
                 "time_s": dt, "wall_s": wall, "bytes_up": up_bytes, "bytes_down": _nbytes(down) * len(picked)}
         if local:  # local accuracy: the clients' models before aggregation, on the global test set
-            comm["local/acc"] = float(np.average([local_accuracy(method, local[k], data) for k in sorted(local)],
+            comm["local/acc"] = float(np.average(local_accuracies(method, [local[k] for k in sorted(local)], data),
                                                  weights=sizes[sorted(local)]))
         reason = _divergence(losses, server)
         # a non-finite loss or server state, or finite weights whose predictions are not (logits past float

@@ -161,6 +161,18 @@ def prior_grad_fn(mu: torch.Tensor, precision: torch.Tensor, lam: float,
     return gradient
 
 
+def stacked_prior_grad_fn(mu: torch.Tensor, precision: torch.Tensor, lam: float,
+                          mode: str = "paper") -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``prior_grad_fn`` on the stacked weights W (C, P) of clients trained together (one μ and precision
+    for all): (W − μ)·factor, rounded as ``prior_grad_fn`` rounds a row. ``released``: None."""
+    if mode not in PRIOR_LOSSES:
+        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
+    if mode == "released":
+        return None
+    factor = (precision * (0.5 * lam)).mul_(2.0)
+    return lambda W: torch.sub(W, mu).mul_(factor)
+
+
 def per_example_grads(fm, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(|b|, P) gradients ∇_w CE(w; x_i, y_i) and the (|b|,) losses, one row per example (torch.func), of
     the model in its current mode: in training, a dropout layer draws each example's own mask."""

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.core import graphs, kernels
+from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
 from fedbayes.methods.core.local import StackedPlan, train_local
 from fedbayes.methods.spec import Hyperparameters
 
@@ -421,12 +422,21 @@ def lr_schedule(p: Hyperparameters, rnd: int, rounds: int, scale: float = 1.0) -
 
 @torch.no_grad()
 def gaussian_samples_logits(fm, mean: torch.Tensor, std: torch.Tensor, x: torch.Tensor, n_samples: int,
-                            seed: int) -> torch.Tensor:
+                            seed: int, chunk: int | None = None) -> torch.Tensor:
     """(S, N, C) logits at S draws θ_s = mean + std∘ε_s. The draws depend only on ``seed`` (not on x),
-    so calling this chunk by chunk over a test set uses the same S networks for every chunk."""
+    so calling this chunk by chunk over a test set uses the same S networks for every chunk. ``chunk``
+    networks go through one vmapped forward (``chunks.stacked_logits``; None: ``chunks.networks_per_chunk``,
+    one on a CPU, as many as fit on a GPU), the draws in the same order."""
     gen = torch.Generator(device=mean.device).manual_seed(int(seed))
+    n_samples = int(n_samples)
+    if chunk is None:
+        chunk = networks_per_chunk(fm, x, n_samples) if fm.row_wise else 1
     out = []
-    for _ in range(int(n_samples)):
-        eps = kernels.randn(mean.shape, generator=gen, dtype=mean.dtype, device=mean.device)
-        out.append(fm(mean + std * eps, x))
-    return torch.stack(out)
+    for start in range(0, n_samples, chunk):
+        thetas = [mean + std * kernels.randn(mean.shape, generator=gen, dtype=mean.dtype, device=mean.device)
+                  for _ in range(min(chunk, n_samples - start))]
+        if chunk == 1:
+            out.append(fm(thetas[0], x).unsqueeze(0))
+        else:
+            out.append(stacked_logits(fm, torch.stack(thetas), x))
+    return torch.cat(out)

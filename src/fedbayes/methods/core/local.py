@@ -208,6 +208,7 @@ class StackedPlan:
         self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
         self._grad_and_loss_static = torch.func.vmap(torch.func.grad_and_value(loss_static))
         self.steps_t = torch.tensor(self.steps, device=device)
+        self._fm, self._loss_fn = fm, loss_fn
         self.total = torch.zeros(C, dtype=torch.float64, device=device)
         self._active = list(range(C))
         self.active_index = None        # the active clients as a device index, once some have finished
@@ -238,6 +239,38 @@ class StackedPlan:
         g[ix] = g_act
         return g
 
+    def example_gradients(self, W: torch.Tensor, s: int,
+                          reduce: Callable[[torch.Tensor, torch.Tensor | None], None]) -> torch.Tensor:
+        """``gradient`` from per-example gradients (FOLA's ``fisher_norm: paper``, ``train_local``'s
+        ``gradient`` hook): the (A, B, P) gradients of each row of the A clients that take step s, handed to
+        ``reduce(G2, index)`` as their mean squares over each client's rows (A, P) first (``index``: the A
+        clients' rows, None for all); returns the minibatch-mean gradients (C, P) as ``gradient`` does (zero
+        rows for the clients past their last step)."""
+        if not hasattr(self, "_example_grads"):
+            fm, loss_fn = self._fm, self._loss_fn
+
+            def one(w, xi, yi):
+                return loss_fn(fm(w, xi.unsqueeze(0)), yi.unsqueeze(0))
+
+            self._example_grads = torch.func.vmap(torch.func.vmap(torch.func.grad_and_value(one), in_dims=(None, 0, 0)))
+        rows, mask = self.rows[s], self.mask[s]
+        ix = None if len(self._active) == len(self.steps) else self.active_index
+        if ix is not None:
+            W, rows, mask = W[ix], rows[ix], mask[ix]
+        grads, losses = self._example_grads(W, self.x[rows], self.y[rows])
+        cnt = mask.sum(1)
+        m = mask[:, :, None]
+        reduce((grads.square() * m).sum(1) / cnt[:, None], ix)
+        g_act = (grads * m).sum(1) / cnt[:, None]
+        loss = ((losses * mask).sum(1) / cnt).detach().double()
+        if ix is None:
+            self.total += loss
+            return g_act
+        self.total[ix] += loss
+        g = torch.zeros(len(self.steps), *g_act.shape[1:], dtype=g_act.dtype, device=g_act.device)
+        g[ix] = g_act
+        return g
+
     def live(self, s_t: torch.Tensor) -> torch.Tensor:
         """(C,) bool: which clients take step ``s_t`` (a device step counter, ``graphs.at``)."""
         return self.steps_t > s_t
@@ -259,7 +292,11 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                         epochs: int, batch_size: int, lr: float, optimizer: str = "adam", momentum: float = 0.0,
                         clip: float | None = None, states: list[Tensors] | None = None,
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                        loss_fn=F.cross_entropy) -> tuple[torch.Tensor, list[float], list[int]]:
+                        loss_fn=F.cross_entropy,
+                        on_grad: Callable[[torch.Tensor, int, list[int]], None] | None = None,
+                        gradient: Callable[[StackedPlan, torch.Tensor, int], torch.Tensor] | None = None,
+                        after_step: Callable[[torch.Tensor, int, list[int]], None] | None = None
+                        ) -> tuple[torch.Tensor, list[float], list[int]]:
     """``train_local`` with FlatAdam or FlatSGD for C clients together, all starting from ``w_start``: the
     minibatch gradients of the C clients' step s are one vmapped call over their stacked weights W (C, P),
     their clipping one norm per row (``clip_grad_``'s rule), and their updates one multi-tensor kernel
@@ -270,8 +307,14 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     (batched matrix products and norms sum in another order); a client with fewer steps than the others is
     left out of the updates after its last one. ``states``: the clients' persistent optimiser states
     (``FlatAdam.state()`` / ``FlatSGD.state()``), read and updated in place; None for fresh optimisers.
-    The data-gradient hooks of ``train_local`` (``on_grad``, ``gradient``, ``extra_loss``) and its step
-    hooks have no batched form: a method that needs them trains its clients one by one.
+    Two more hooks, ``train_local``'s on stacked tensors: ``on_grad(G, s, active)`` reads the data gradients
+    G (C, P) of step s before ``extra_grad`` (a Fisher sum: ``StackedFisher``), ``after_step(W, s, active)``
+    reads the weights after step s (iterate samples: ``StackedIterates``); ``active`` lists the clients that
+    took step s (the others' rows of G are zeros, of W unchanged). ``gradient(plan, W, s)`` replaces the
+    step's minibatch gradients (``train_local``'s ``gradient``; e.g. ``plan.example_gradients``). A hook
+    with a ``static`` method also runs in the recordable step (``graphs``); with another hook (or
+    ``gradient``) the loop leaves finished clients out eagerly.
+    ``train_local``'s ``extra_loss`` has no batched form: a method that needs it trains one by one.
     Returns (weights (C, P), each client's mean loss over its steps, each client's number of steps).
 
     Pays where one client's step cannot fill the device (a GPU); on a CPU the stacked products cost what
@@ -294,12 +337,17 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
             if "opt/buf" in st:
                 buf[c], has_buf[c] = st["opt/buf"], True
     how = graphs.mode(dev)
+    if gradient is not None or any(h is not None and not hasattr(h, "static") for h in (on_grad, after_step)):
+        how = "subset"                                  # a hook without a recordable form
     if how != "subset":
         _static_steps(plan, W, extra_grad, clip, optimizer, lr, momentum, capture=how == "graph",
-                      adam=(m, v, t) if optimizer == "adam" else None, sgd=None if optimizer == "adam" else (buf, has_buf))
+                      adam=(m, v, t) if optimizer == "adam" else None, sgd=None if optimizer == "adam" else (buf, has_buf),
+                      on_grad=on_grad, after_step=after_step)
     for s in range(plan.n_steps if how == "subset" else 0):
         active = plan.active(s)
-        g = plan.gradient(W, s)
+        g = plan.gradient(W, s) if gradient is None else gradient(plan, W, s)
+        if on_grad is not None:
+            on_grad(g, s, active)
         if extra_grad is not None:
             g.add_(extra_grad(W))
         if clip:
@@ -311,6 +359,8 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
                                [v[c] for c in active], [], t_act, amsgrad=False, lr=float(lr), beta1=0.9,
                                beta2=0.999, weight_decay=0.0, eps=1e-8, maximize=False, grad_scale=None,
                                found_inf=None)
+            if after_step is not None:
+                after_step(W, s, active)
             continue
         if momentum:
             fresh = [c for c in active if not has_buf[c]]
@@ -325,6 +375,8 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
         else:
             steps_ = [g[c] for c in active]
         torch._foreach_add_([W[c] for c in active], steps_, alpha=-float(lr))
+        if after_step is not None:
+            after_step(W, s, active)
     for c, st in enumerate(states or []):
         if optimizer == "adam":
             st.update({"opt/m": m[c].clone(), "opt/v": v[c].clone(), "opt/t": t[c].clone()})
@@ -333,16 +385,113 @@ def train_local_batched(fm, w_start: torch.Tensor, datas: list, rngs: list[np.ra
     return W, plan.mean_losses(), plan.steps
 
 
+class StackedIterates:
+    """``train_local``'s ``after_step``/``after_epoch`` iterate samples for C clients trained together
+    (``train_local_batched``'s ``after_step``): client c's weights at the end of each of its ``epochs``
+    epochs, or (``average``) the mean of its iterates over each epoch, as ``FedAvgM.sgd_epochs`` keeps them
+    one by one. ``sizes``: the clients' numbers of rows (their epoch lengths follow from ``batch_size``)."""
+
+    def __init__(self, start: torch.Tensor, sizes: list[int], batch_size: int, epochs: int, average: bool = False):
+        self.per_epoch = [-(-int(n) // int(batch_size)) for n in sizes]
+        self.epochs, self.average = int(epochs), average
+        self.acc = torch.zeros(len(sizes), *start.shape, dtype=start.dtype, device=start.device)
+        self.cnt = [0] * len(sizes)
+        self.samples: list[list[torch.Tensor]] = [[] for _ in sizes]
+
+    def __call__(self, W: torch.Tensor, s: int, active: list[int]) -> None:
+        if self.average:
+            if len(active) == len(self.cnt):
+                self.acc.add_(W)
+            else:
+                self.acc[active] += W[active]
+        for c in active:
+            self.cnt[c] += 1
+            if (s + 1) % self.per_epoch[c] == 0:            # client c's epoch ends with step s
+                self.samples[c].append(self.acc[c] / self.cnt[c] if self.average else W[c].clone())
+                self.acc[c].zero_()
+                self.cnt[c] = 0
+
+    def static(self, W: torch.Tensor, s_t: torch.Tensor, live: torch.Tensor) -> None:
+        """``__call__`` in a recordable step (``graphs``): step ``s_t`` of every client, ``live`` (C,) the
+        clients that took it; epoch ends and sample slots read from device tables, the samples kept in
+        one (C, epochs, P) buffer."""
+        if not hasattr(self, "_ends"):
+            C, E = len(self.cnt), self.epochs
+            S = E * max(self.per_epoch)
+            ends = np.zeros((S, C), dtype=bool)
+            slot = np.zeros((S, C), dtype=np.int64)
+            for c, k in enumerate(self.per_epoch):
+                ends[k - 1:E * k:k, c] = True
+                slot[:E * k, c] = np.arange(E * k) // k
+            dev = W.device
+            self._ends, self._slot = torch.from_numpy(ends).to(dev), torch.from_numpy(slot).to(dev)
+            self._cnt = torch.zeros(C, dtype=W.dtype, device=dev)
+            self._buf = torch.zeros(C, E, *W.shape[1:], dtype=W.dtype, device=dev)
+            self._rows = torch.arange(C, device=dev)
+        keep = live.view(-1, *([1] * (W.dim() - 1)))
+        if self.average:
+            self.acc.add_(torch.where(keep, W, torch.zeros_like(W)))
+        self._cnt.add_(live.to(W.dtype))
+        end = graphs.at(self._ends, s_t)
+        slot = graphs.at(self._slot, s_t)
+        val = self.acc / self._cnt.clamp(min=1.0).view_as(keep) if self.average else W
+        end_ = end.view_as(keep)
+        self._buf[self._rows, slot] = torch.where(end_, val, self._buf[self._rows, slot])
+        self.acc.copy_(torch.where(end_, torch.zeros_like(self.acc), self.acc))
+        self._cnt.copy_(torch.where(end, torch.zeros_like(self._cnt), self._cnt))
+
+    def stacked(self) -> list[torch.Tensor]:
+        """Each client's samples, (epochs, P)."""
+        if hasattr(self, "_buf"):
+            return list(self._buf)
+        return [torch.stack(s) for s in self.samples]
+
+
+class StackedFisher:
+    """FOLA's Fisher sum F_c += (|b|/N_c) g² of the data gradient g of each step (``train_local``'s
+    ``on_grad`` with ``kernels.add_scaled_square_``) for C clients trained together (``train_local_batched``'s
+    ``on_grad``): one pass over the stacked gradients a step. Minibatch sizes follow ``minibatches``."""
+
+    def __init__(self, like: torch.Tensor, sizes: list[int], batch_size: int, epochs: int = 1):
+        self.sizes, self.bs, self.epochs = [int(n) for n in sizes], int(batch_size), int(epochs)
+        self.per_epoch = [-(-n // self.bs) for n in self.sizes]
+        self.fisher = torch.zeros(len(sizes), *like.shape, dtype=like.dtype, device=like.device)
+        self._coef = torch.zeros(len(sizes), 1, dtype=like.dtype, device=like.device)
+
+    def __call__(self, G: torch.Tensor, s: int, active: list[int]) -> None:
+        coef = [0.0] * len(self.sizes)                      # a client past its last step: G's row is zero
+        for c in active:
+            n, b = self.sizes[c], s % self.per_epoch[c]
+            coef[c] = (min(self.bs, n - b * self.bs)) / n
+        self._coef.copy_(torch.tensor(coef, dtype=self._coef.dtype, device=self._coef.device)[:, None])
+        self.fisher.add_(torch.mul(G, G).mul_(self._coef))
+
+    def static(self, G: torch.Tensor, s_t: torch.Tensor) -> None:
+        """``__call__`` in a recordable step (``graphs``): the coefficients of step ``s_t`` from a device
+        table (zero past a client's last step, where G's row is zero too)."""
+        if not hasattr(self, "_table"):
+            S = self.epochs * max(self.per_epoch)
+            table = np.zeros((S, len(self.sizes)))
+            for c, (n, k) in enumerate(zip(self.sizes, self.per_epoch)):
+                for s in range(self.epochs * k):
+                    b = s % k
+                    table[s, c] = min(self.bs, n - b * self.bs) / n
+            self._table = torch.from_numpy(table).to(device=G.device, dtype=G.dtype)
+        self.fisher.add_(torch.mul(G, G).mul_(graphs.at(self._table, s_t)[:, None]))
+
 def _static_steps(plan: StackedPlan, W: torch.Tensor, extra_grad, clip, optimizer: str, lr: float, momentum: float,
-                  *, capture: bool, adam: tuple | None, sgd: tuple | None) -> None:
+                  *, capture: bool, adam: tuple | None, sgd: tuple | None, on_grad=None, after_step=None) -> None:
     """``train_local_batched``'s steps as a recordable step (``graphs``): every client every step, a
-    finished client's state put back after the update; the same operations on the live clients."""
+    finished client's state put back after the update; the same operations on the live clients. The hooks
+    run in their recordable form (``on_grad.static(G, s_t)``, ``after_step.static(W, s_t, live)``)."""
     C = W.shape[0]
     rows = lambda x: [x[c] for c in range(C)]  # noqa: E731
     Ws = rows(W)
 
     def step(s_t):
         g = plan.gradient_static(W, s_t)
+        if on_grad is not None:
+            on_grad.static(g, s_t)
         if extra_grad is not None:
             g.add_(extra_grad(W))
         if clip:
@@ -372,6 +521,8 @@ def _static_steps(plan: StackedPlan, W: torch.Tensor, extra_grad, clip, optimize
             old = [(W, W.clone())]
             torch._foreach_add_(Ws, rows(g), alpha=-float(lr))
         graphs.keep_finished(live, old)
+        if after_step is not None:
+            after_step.static(W, s_t, live)
 
     graphs.run_steps(step, plan.n_steps, device=W.device, capture=capture)
 

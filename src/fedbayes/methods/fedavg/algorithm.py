@@ -7,6 +7,8 @@ Server:  w_g ← Σ_k (N_k / N) w_k        (over the participating clients, reno
 
 from __future__ import annotations
 
+import torch
+
 from fedbayes.methods.core.base import Method, local_train_batched, weighted_mean
 
 
@@ -23,9 +25,13 @@ class FedAvg(Method):
     def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
         # a subclass that adds a term to the client's objective trains one by one unless it batches that
         # term itself (FedProx)
-        if type(self).client_update is not FedAvg.client_update or float(self.p.weight_decay):
+        if type(self).client_update is not FedAvg.client_update:
             return None
-        return self.train_together(down["w"], datas, rngs, states)
+        wd = float(self.p.weight_decay)
+        if not wd:
+            return self.train_together(down["w"], datas, rngs, states)
+        half_wd = torch.tensor(0.5 * wd, dtype=down["w"].dtype, device=down["w"].device)
+        return self.train_together(down["w"], datas, rngs, states, lambda W: (W * 2.0).mul_(half_wd))  # ∇ ½ λ_wd ‖θ‖²
 
     def train_together(self, w_start, datas, rngs, states, extra_grad=None):
         """The clients' messages and losses from ``base.local_train_batched`` (``extra_grad`` of the stacked

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from fedbayes.methods.core.base import Method
-from fedbayes.methods.core.local import FlatSGD, train_local, train_local_batched
+from fedbayes.methods.core.local import FlatSGD, StackedIterates, train_local, train_local_batched
 
 
 class FedAvgM(Method):
@@ -87,21 +87,48 @@ class FedAvgM(Method):
         msg, loss = self.fedavg_client(down, data, rng)
         return msg, state, loss
 
+    def sgd_epochs_batched(self, start, datas, rngs, epochs, extra_grad=None, average=False, samples=True):
+        """``sgd_epochs`` for C clients together, all from ``start`` (``train_local_batched``: SGD-M with a
+        fresh buffer each, the weight-decay gradient in ``sgd_epochs``' form (2θ)·(½ λ_wd) added after
+        ``extra_grad(W)`` of the stacked weights W (C, P), the iterate samples by ``StackedIterates``):
+        each client's (samples, mean loss), up to float round-off; None where the model draws (dropout).
+        ``samples=False``: the last iterate alone, (1, P), with no hook in the loop."""
+        if not self.fm.row_wise:
+            return None
+        wd = float(self.p.weight_decay)
+        half_wd = torch.tensor(0.5 * wd, dtype=start.dtype, device=start.device)
+
+        def penalty_grad(W):
+            g = None if extra_grad is None else extra_grad(W)
+            if wd:
+                g_wd = (W * 2.0).mul_(half_wd)
+                g = g_wd if g is None else g.add_(g_wd)
+            return g
+
+        trace = StackedIterates(start, [len(d) for d in datas], int(self.p.batch_size), epochs, average) \
+            if samples else None
+        W, losses, _ = train_local_batched(
+            self.fm, start, datas, rngs, epochs=epochs, batch_size=int(self.p.batch_size), lr=float(self.p.lr),
+            optimizer="sgd", momentum=float(self.p.momentum),
+            extra_grad=penalty_grad if (wd or extra_grad is not None) else None, after_step=trace)
+        return list(zip(trace.stacked() if samples else W.unsqueeze(1), losses))
+
     def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
         """The FedAvg-M rounds (FedAvg-M's own, and the burn-in of FedPA, FedEP and FedSEP, whose clients
-        then run ``fedavg_client``) trained together: SGD-M from the server's w with a fresh buffer and
-        the weight-decay gradient in ``sgd_epochs``' form, (2θ)·(½ λ_wd), on the stacked weights. The EP
-        and FedPA rounds (iterate samples, tilted objectives) train one by one."""
-        if rnd > self.burn_in() or type(self).fedavg_client is not FedAvgM.fedavg_client or not self.fm.row_wise:
+        then run ``fedavg_client``) trained together (``sgd_epochs_batched``). A subclass batches its own
+        rounds by overriding ``client_updates_after_burn_in``."""
+        if rnd > self.burn_in():
+            return self.client_updates_after_burn_in(ks, down, states, datas, rngs, rnd)
+        if type(self).fedavg_client is not FedAvgM.fedavg_client:
             return None
-        w = down["w"]
-        wd = float(self.p.weight_decay)
-        half_wd = torch.tensor(0.5 * wd, dtype=w.dtype, device=w.device)
-        W, losses, _ = train_local_batched(
-            self.fm, w, datas, rngs, epochs=int(self.p.local_epochs), batch_size=int(self.p.batch_size),
-            lr=float(self.p.lr), optimizer="sgd", momentum=float(self.p.momentum),
-            extra_grad=(lambda W: (W * 2.0).mul_(half_wd)) if wd else None)
-        return [({"delta": w - W[c]}, st, loss) for c, (st, loss) in enumerate(zip(states, losses))]
+        out = self.sgd_epochs_batched(down["w"], datas, rngs, int(self.p.local_epochs), samples=False)
+        if out is None:
+            return None
+        return [({"delta": down["w"] - samples[-1]}, st, loss) for (samples, loss), st in zip(out, states)]
+
+    def client_updates_after_burn_in(self, ks, down, states, datas, rngs, rnd):
+        """The rounds after the burn-in trained together, or None (one by one)."""
+        return None
 
     def server_update(self, server, messages, rnd):
         return self.fedavg_server(server, messages)

@@ -36,9 +36,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedbayes.methods.core.base import ClientData, Method, weighted_mean
-from fedbayes.methods.core.curvature import PRIOR_LOSSES, diag_ggn, evaluation_mode, per_example_grads, prior_loss
-from fedbayes.methods.core.local import minibatches
+from fedbayes.methods.core.base import ClientData, Method, local_train_batched, weighted_mean
+from fedbayes.methods.core.curvature import (PRIOR_LOSSES, diag_ggn, evaluation_mode, per_example_grads, prior_loss,
+                                             stacked_prior_grad_fn)
+from fedbayes.methods.core.local import StackedFisher, StackedPlan, minibatches
 
 
 def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str = "code") -> torch.Tensor:
@@ -67,6 +68,24 @@ def _offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int,
         (g,) = torch.autograd.grad(F.cross_entropy(fm(w, data.x[idx]), data.y[idx]), w)
         out += (len(idx) / n) * g.square()
     return out
+
+
+def offline_fishers(fm, W: torch.Tensor, datas: list[ClientData], rngs, batch_size: int, norm: str = "code"
+                    ) -> list[torch.Tensor]:
+    """``offline_fisher`` of C clients at their stacked weights W (C, P). ``code``: one pass of each client's
+    minibatches (drawn from its ``rng`` as ``minibatches`` does) as one vmapped gradient a step over the
+    clients (``StackedPlan``) summed by ``StackedFisher``; the same numbers up to float round-off. The other
+    norms (and a client without data) client by client."""
+    if norm != "code" or any(len(d) == 0 for d in datas):
+        return [offline_fisher(fm, W[c], d, r, batch_size, norm) for c, (d, r) in enumerate(zip(datas, rngs))]
+    with evaluation_mode(fm):
+        plan = StackedPlan(fm, datas, rngs, batch_size=batch_size, epochs=1, device=W.device, dtype=W.dtype)
+        fisher = StackedFisher(W[0], [len(d) for d in datas], batch_size)
+        W = W.detach()
+        for s in range(plan.n_steps):
+            active = plan.active(s)
+            fisher(plan.gradient(W, s), s, active)
+    return list(fisher.fisher)
 
 
 def others_penalty(w: torch.Tensor, U: torch.Tensor, V: torch.Tensor, lam: float, mode: str = "paper") -> torch.Tensor:
@@ -111,12 +130,42 @@ class FedCurv(Method):
             U, V = (U - state["F"]).clamp_min(0.0), V - state["Fw"]
         return lambda w: others_penalty(w, U, V, lam, mode)
 
+    def penalty_grad(self, down, states, rnd):
+        """The gradient of ``penalty`` on the stacked weights W (C, P) of the clients with ``states``, in
+        closed form; None where the penalty has none (``released``)."""
+        lam, mode = float(self.p.lambda_prior), self.p.prior_loss
+        if self.anchor == "global":
+            return stacked_prior_grad_fn(down["w"], down["omega"] / rnd, lam, mode)
+        if mode not in PRIOR_LOSSES:
+            raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
+        if mode == "released":
+            return None
+        own = [int(st["round"]) == rnd - 1 for st in states]
+        U = torch.stack([(down["U"] - st["F"]).clamp_min(0.0) if o else down["U"] for st, o in zip(states, own)])
+        V = torch.stack([down["V"] - st["Fw"] if o else down["V"] for st, o in zip(states, own)])
+        return lambda W: (U * (W * 2.0) - 2.0 * V).mul_(lam)     # ∇ λ Σ_k (U_k w_k² − 2 V_k w_k)
+
     def client_update(self, k, down, state, data, rng, rnd):
         res = self.local_train(down["w"], data, rng, extra_loss=self.penalty(down, state, rnd))
         fisher = offline_fisher(self.fm, res.w, data, rng, int(self.p.batch_size), self.p.fisher_norm)
+        return self.client_message(res.w, fisher, state, res.mean_loss, rnd)
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
+        """The round's clients trained together: the penalty's closed-form gradient on the stacked weights
+        (``penalty_grad``) in the one batched loop, then the offline Fishers (``offline_fishers``)."""
+        if self.p.client_optimizer != "fresh":   # FedCurv keeps no optimiser state: client_update says so
+            return None
+        results = local_train_batched(self, down["w"], datas, rngs, states, self.penalty_grad(down, states, rnd))
+        if results is None:
+            return None
+        W = torch.stack([res.w for res in results])
+        fishers = offline_fishers(self.fm, W, datas, rngs, int(self.p.batch_size), self.p.fisher_norm)
+        return [self.client_message(res.w, f, st, res.mean_loss, rnd) for res, f, st in zip(results, fishers, states)]
+
+    def client_message(self, w, fisher, state, loss, rnd):
         if self.anchor == "global":
-            return {"w": res.w, "F": fisher}, state, res.mean_loss
-        return {"w": res.w, "F": fisher}, {"F": fisher, "Fw": fisher * res.w, "round": torch.tensor(rnd)}, res.mean_loss
+            return {"w": w, "F": fisher}, state, loss
+        return {"w": w, "F": fisher}, {"F": fisher, "Fw": fisher * w, "round": torch.tensor(rnd)}, loss
 
     def server_update(self, server, messages, rnd):
         sizes = self.client_sizes.astype(float)

@@ -141,22 +141,44 @@ class FedEP(FedAvgM):
             return cav_lam + c * (n_k * s + wd * n_k)
         raise ValueError(f"unknown FedEP variant {variant!r}; choose I, M, L or V")
 
+    def tilt(self, k, down, state, n_k):
+        """Client k's site, cavity and the gradient operands of its tilted objective's extra term:
+        ∇ (½ θᵀΛ_−k θ − η_−kᵀθ) / n_k = ((½/n_k) Λ_−k)(2θ) + (−1/n_k) η_−k, in autograd's operations."""
+        site = self.site(k, down, state, n_k) if self.stateful else {}
+        cav_eta, cav_lam = self.cavity(down, site, n_k)
+        inv_n = torch.ones((), dtype=cav_eta.dtype, device=cav_eta.device) / n_k
+        return site, cav_lam, cav_lam * (inv_n * 0.5), cav_eta * -inv_n
+
     def client_update(self, k, down, state, data, rng, rnd):
         if rnd <= self.burn_in():
             return super().client_update(k, down, state, data, rng, rnd)
-        n_k = len(data)
-        site = self.site(k, down, state, n_k) if self.stateful else {}
-        cav_eta, cav_lam = self.cavity(down, site, n_k)
-        mu_g = down["eta"] / down["lam"]
-
-        # ∇ (½ θᵀΛ_−k θ − η_−kᵀθ) / n_k = ((½/n_k) Λ_−k)(2θ) + (−1/n_k) η_−k, in autograd's operations
-        inv_n = torch.ones((), dtype=mu_g.dtype, device=mu_g.device) / n_k
-        lam_half, eta_neg = cav_lam * (inv_n * 0.5), cav_eta * -inv_n
+        site, cav_lam, lam_half, eta_neg = self.tilt(k, down, state, len(data))
 
         def tilt_grad(w):
             return (w * 2.0).mul_(lam_half).add_(eta_neg)
 
-        samples, loss = self.sgd_epochs(mu_g, data, rng, int(self.p.local_epochs), extra_grad=tilt_grad)
+        samples, loss = self.sgd_epochs(down["eta"] / down["lam"], data, rng, int(self.p.local_epochs),
+                                        extra_grad=tilt_grad)
+        return self.site_update(samples, loss, site, cav_lam, down, state, data, rng)
+
+    def client_updates_after_burn_in(self, ks, down, states, datas, rngs, rnd):
+        """The EP rounds trained together: every client's tilted objective in one batched loop
+        (``sgd_epochs_batched``, the extra term's gradient on the stacked weights with the clients' stacked
+        cavities), then each client's tilted precision (its own ``rng``, continued as one by one) and
+        site update."""
+        tilts = [self.tilt(k, down, st, len(d)) for k, st, d in zip(ks, states, datas)]
+        lam_half, eta_neg = torch.stack([t[2] for t in tilts]), torch.stack([t[3] for t in tilts])
+        out = self.sgd_epochs_batched(down["eta"] / down["lam"], datas, rngs, int(self.p.local_epochs),
+                                      extra_grad=lambda W: (W * 2.0).mul_(lam_half).add_(eta_neg))
+        if out is None:
+            return None
+        return [self.site_update(samples, loss, site, cav_lam, down, st, d, rng)
+                for (samples, loss), (site, cav_lam, _, _), st, d, rng in zip(out, tilts, states, datas, rngs)]
+
+    def site_update(self, samples, loss, site, cav_lam, down, state, data, rng):
+        """(message, client state, loss) from the client's iterate samples: the tilted mean and precision,
+        the clipped and damped delta, and (FedEP) the site's momentum step."""
+        n_k = len(data)
         mu_t = samples.mean(0)
         lam_t = self.tilted_precision(samples, mu_t, cav_lam, data, n_k, rng)
         d_eta, d_lam = lam_t * mu_t - down["eta"], lam_t - down["lam"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedbayes.methods.core.base import local_train_batched
 from fedbayes.methods.core.local import make_optimizer
 from fedbayes.methods.fedlap.algorithm import FedLap
 
@@ -59,12 +60,10 @@ class FedLapFunc(FedLap):
     def client_update(self, k, down, state, data, rng, rnd):
         start, w_g = self.start_and_center(down)
         v, delta, n_k = state["v"], float(self.p.delta), len(data)
-        state = dict(state)
-        if "tau" not in state:  # round 1: pick the memory once, from this run's seeded stream
-            state["mem_idx"], state["tau"] = self.choose_memory(data, rng)
+        state = self.with_memory(state, data, rng)
         x_own = data.x[state["mem_idx"]]
 
-        function_space = rnd > 1 and "x_mem" in down and "yhat" in state
+        function_space = self.function_space(down, state, rnd)
         if function_space:
             x_all, tau_all = down["x_mem"], down["tau_mem"]
             with torch.no_grad():
@@ -78,27 +77,96 @@ class FedLapFunc(FedLap):
             return loss / n_k
 
         res = self.local_train(start, data, rng, extra_loss=extra, state=state)
-        v_new = v + self.rho(k, rnd) * (res.w - w_g)
+        return self.client_message(k, res.w, res.mean_loss, w_g, x_own, state, rnd)
+
+    def with_memory(self, state, data, rng):
+        """A copy of the client's state, with its memory picked in its first round (from its seeded stream,
+        before its minibatches)."""
+        state = dict(state)
+        if "tau" not in state:
+            state["mem_idx"], state["tau"] = self.choose_memory(data, rng)
+        return state
+
+    @staticmethod
+    def function_space(down, state, rnd) -> bool:
+        """Has the client's objective its function-space terms (round ≥ 2, memory known, its soft labels)?"""
+        return rnd > 1 and "x_mem" in down and "yhat" in state
+
+    def client_message(self, k, w, loss, w_g, x_own, state, rnd):
+        """(message, state, loss): the new dual and soft labels, and in the client's first round (no soft
+        labels yet) its memory points and τ."""
+        v_new = state["v"] + self.rho(k, rnd) * (w - w_g)
         with torch.no_grad():
-            yhat = torch.softmax(self.fm(res.w, x_own), -1)
-        state.update(v=v_new, yhat=yhat)
+            yhat = torch.softmax(self.fm(w, x_own), -1)
         msg = {"v": v_new, "yhat": yhat}
-        if rnd == 1:
+        if "yhat" not in state:
             msg.update(x_mem=x_own, tau=state["tau"])
-        return msg, state, res.mean_loss
+        state.update(v=v_new, yhat=yhat)
+        return msg, state, loss
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
+        """The round's clients trained together (``base.local_train_batched``): the gradient of every
+        client's extra terms, ``extra`` of ``client_update`` (dual, proximal pull and the function-space
+        soft-CE terms through the network on the memory points), is one ``vmap(grad)`` over the stacked
+        weights, with each client's own memory points padded to the longest (weight τ = 0) and the
+        function-space terms switched off (a factor 0) for a client without soft labels yet."""
+        start, w_g = self.start_and_center(down)
+        delta = float(self.p.delta)
+        states = [self.with_memory(st, d, r) for st, d, r in zip(states, datas, rngs)]
+        x_owns = [d.x[st["mem_idx"]] for st, d in zip(states, datas)]
+        on = [self.function_space(down, st, rnd) for st in states]
+        dtype, dev = start.dtype, start.device
+        V = torch.stack([st["v"] for st in states])
+        inv_n = torch.tensor([1.0 / len(d) for d in datas], dtype=torch.float64, device=dev).to(dtype)
+
+        if any(on):
+            x_all, tau_all = down["x_mem"], down["tau_mem"]
+            with torch.no_grad():
+                y_g = torch.softmax(self.fm(w_g, x_all), -1)
+            rows = max(len(x) for x in x_owns)
+            X = torch.zeros(len(states), rows, *x_all.shape[1:], dtype=x_all.dtype, device=dev)
+            Y = torch.zeros(len(states), rows, y_g.shape[-1], dtype=y_g.dtype, device=dev)
+            T = torch.zeros(len(states), rows, dtype=tau_all.dtype, device=dev)
+            for c, (st, x) in enumerate(zip(states, x_owns)):
+                if on[c]:
+                    X[c, :len(x)], Y[c, :len(x)], T[c, :len(x)] = x, st["yhat"], st["tau"]
+            fs = torch.tensor(on, dtype=dtype, device=dev)
+
+            def extra(w, v, inv, x_own, y_prev, tau_own, f):
+                loss = delta * (v @ w + 0.5 * (w - w_g).square().sum())
+                fsl = soft_ce(self.fm(w, x_all), y_g, tau_all) - soft_ce(self.fm(w, x_own), y_prev, tau_own)
+                return (loss + f * fsl) * inv
+
+            grad = torch.func.vmap(torch.func.grad(extra))
+            extra_grad = lambda W: grad(W, V, inv_n, X, Y, T, fs)  # noqa: E731
+        else:
+            def extra(w, v, inv):
+                return delta * (v @ w + 0.5 * (w - w_g).square().sum()) * inv
+
+            grad = torch.func.vmap(torch.func.grad(extra))
+            extra_grad = lambda W: grad(W, V, inv_n)  # noqa: E731
+        results = local_train_batched(self, start, datas, rngs, states, extra_grad)
+        if results is None:
+            return None
+        return [self.client_message(k, res.w, res.mean_loss, w_g, x, st, rnd)
+                for k, res, x, st in zip(ks, results, x_owns, states)]
 
     def server_update(self, server, messages, rnd):
         server = super().server_update(server, messages, rnd)  # w = Σ_k v_k
-        if "x_mem" in next(iter(messages.values())):  # round 1: memory inputs, τ and first soft labels
-            ks = sorted(messages)
-            server["x_mem"] = torch.cat([messages[k]["x_mem"] for k in ks])
-            server["tau_mem"] = torch.cat([messages[k]["tau"] for k in ks])
-            server["owner"] = torch.cat([torch.full((len(messages[k]["tau"]),), k, device=server["w"].device) for k in ks])
-            server["yhat"] = torch.cat([messages[k]["yhat"] for k in ks])
-        else:
+        old = [k for k in messages if "x_mem" not in messages[k]]
+        if old:                                        # soft labels of memory the server holds
             server["yhat"] = server["yhat"].clone()
-            for k, m in messages.items():
-                server["yhat"][server["owner"] == k] = m["yhat"]
+            for k in old:
+                server["yhat"][server["owner"] == k] = messages[k]["yhat"]
+        new = sorted(k for k in messages if "x_mem" in messages[k])
+        if new:                                        # a client's first round: its memory inputs, τ, soft labels
+            dev = server["w"].device
+            parts = {"x_mem": [messages[k]["x_mem"] for k in new], "tau_mem": [messages[k]["tau"] for k in new],
+                     "owner": [torch.full((len(messages[k]["tau"]),), k, device=dev) for k in new],
+                     "yhat": [messages[k]["yhat"] for k in new]}
+            for key, vals in parts.items():
+                held = [server[key]] if key in server and len(server[key]) else []
+                server[key] = torch.cat(held + vals)
         if not len(server["x_mem"]):
             return server
         wbar, delta = server["w"], float(self.p.delta)

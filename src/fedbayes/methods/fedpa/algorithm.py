@@ -31,8 +31,19 @@ class FedPA(FedAvgM):
     def client_update(self, k, down, state, data, rng, rnd):
         if rnd <= self.burn_in():
             return super().client_update(k, down, state, data, rng, rnd)
+        samples, loss = self.sgd_epochs(down["w"], data, rng, int(self.p.local_epochs), average=True)
+        return self.posterior_message(down, samples), state, loss
+
+    def client_updates_after_burn_in(self, ks, down, states, datas, rngs, rnd):
+        """The sampling rounds trained together: the epoch-mean iterates of every client from one batched
+        loop (``sgd_epochs_batched``), then each client's Woodbury solve."""
+        out = self.sgd_epochs_batched(down["w"], datas, rngs, int(self.p.local_epochs), average=True)
+        if out is None:
+            return None
+        return [(self.posterior_message(down, samples), st, loss) for (samples, loss), st in zip(out, states)]
+
+    def posterior_message(self, down, samples):
+        """Σ̂⁻¹(θ_g − μ̂) from the epoch-mean iterates after the mix-in epochs."""
         mixin, epochs = int(self.p.mixin_epochs), int(self.p.local_epochs)
-        samples, loss = self.sgd_epochs(down["w"], data, rng, epochs, average=True)
         samples = samples[min(mixin, epochs - 1):]
-        delta = shrinkage_solve(samples, down["w"] - samples.mean(0), float(self.p.shrinkage))
-        return {"delta": delta}, state, loss
+        return {"delta": shrinkage_solve(samples, down["w"] - samples.mean(0), float(self.p.shrinkage))}

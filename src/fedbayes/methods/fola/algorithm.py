@@ -34,8 +34,8 @@ import torch
 
 from fedbayes.methods.core import kernels
 from fedbayes.methods.core.base import ClientData, Method
-from fedbayes.methods.core.curvature import per_example_grads, prior_grad_fn
-from fedbayes.methods.core.local import make_optimizer, train_local
+from fedbayes.methods.core.curvature import per_example_grads, prior_grad_fn, stacked_prior_grad_fn
+from fedbayes.methods.core.local import StackedFisher, make_optimizer, train_local, train_local_batched
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
@@ -83,6 +83,37 @@ def sgd_accumulating_fisher(fm, p, w_start: torch.Tensor, data: ClientData, rng:
     return w.detach(), fisher, mean_loss
 
 
+def sgd_accumulating_fisher_batched(fm, p, w_start: torch.Tensor, datas: list[ClientData], rngs: list,
+                                    penalty_grad: Callable[[torch.Tensor], torch.Tensor] | None = None
+                                    ) -> list[tuple[torch.Tensor, torch.Tensor, float]] | None:
+    """``sgd_accumulating_fisher`` for C clients together, all from ``w_start``: the one batched loop
+    (``train_local_batched``) with ``penalty_grad`` of the stacked weights (C, P) and the Fisher sum on its
+    stacked data gradients (``code``: ``StackedFisher``) or on the per-example gradients that make each
+    step's gradient (``paper``: ``StackedPlan.example_gradients``, then divided by each client's number of
+    steps). Each client's (θ, F, mean CE), up to float round-off; None for a model that draws (dropout)."""
+    if not fm.row_wise:
+        return None
+    paper = p.fisher_norm == "paper"
+    fisher = StackedFisher(w_start, [len(d) for d in datas], int(p.batch_size), int(p.local_epochs))
+
+    def per_example(plan, W, s):                  # Eq. 22: F += mean_i (∇ CE_i)² of the clients taking step s
+        def add(G2, index):
+            if index is None:
+                fisher.fisher.add_(G2)
+            else:
+                fisher.fisher[index] += G2
+        return plan.example_gradients(W, s, add)
+
+    W, losses, steps = train_local_batched(fm, w_start, datas, rngs, epochs=int(p.local_epochs),
+                                           batch_size=int(p.batch_size), lr=float(p.lr), optimizer=p.optimizer,
+                                           clip=p.grad_clip, extra_grad=penalty_grad,
+                                           on_grad=None if paper else fisher, gradient=per_example if paper else None)
+    if paper:
+        for c, n in enumerate(steps):
+            fisher.fisher[c] /= max(n, 1)
+    return [(W[c], fisher.fisher[c], losses[c]) for c in range(len(datas))]
+
+
 class FOLA(Method):
     """FOLA (spec 004 §3.3). Hyperparameters:
 
@@ -114,6 +145,16 @@ class FOLA(Method):
         w, fisher, loss = sgd_accumulating_fisher(
             self.fm, self.p, mu, data, rng, penalty_grad=prior_grad_fn(mu, precision, lam, mode))
         return {"w": w, "omega": omega + fisher}, state, loss
+
+    def client_updates(self, ks, down, states, datas, rngs, rnd, generators=None):
+        """The round's clients trained together (``sgd_accumulating_fisher_batched``): the prior's gradient
+        λ·(Ω_S/r)∘(W − μ_S) on the stacked weights, as ``prior_grad_fn`` rounds it for one."""
+        mu, omega = down["w"], down["omega"]
+        grad = stacked_prior_grad_fn(mu, omega / rnd, float(self.p.lambda_prior), self.p.prior_loss)
+        out = sgd_accumulating_fisher_batched(self.fm, self.p, mu, datas, rngs, penalty_grad=grad)
+        if out is None:
+            return None
+        return [({"w": w, "omega": omega + fisher}, st, loss) for (w, fisher, loss), st in zip(out, states)]
 
     def server_update(self, server, messages, rnd):
         ks = sorted(messages)
