@@ -13,7 +13,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build/gpu_out}
 mkdir -p "$out"
-[ -f "$out/suite_cost_gpu.json" ] || cp benchmarks/suite_cost_gpu.json "$out/" 2>/dev/null   # resume the committed rows
+for f in suite_cost_gpu.json batched_gpu.json; do   # resume the committed rows
+  [ -f "$out/$f" ] || cp "benchmarks/$f" "$out/" 2>/dev/null
+done
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 2; }
@@ -32,7 +34,7 @@ left() { echo $(( t_end - $(date +%s) )); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch, fedbayes.config; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 2
 echo "[$(date +%T)] batched (CUDA graph and eager) vs one by one"
-timeout $(( $(left) > ${BATCHED_S:-330} ? ${BATCHED_S:-330} : $(left) )) $py benchmarks/batched.py --device cuda --rounds 2 \
+timeout $(( $(left) > ${BATCHED_S:-330} ? ${BATCHED_S:-330} : $(left) )) $py benchmarks/batched.py --device cuda --rounds ${ROUNDS:-2} \
   --protocols ${PROTOCOLS:-bayesadmm@fmnist10-iid-k10 fedivon fedavg@fmnist10-iid-k10 bayesadmm fedavg fedprox scaffold fedlap fedlap_cov} \
   --json "$out/batched_gpu.json" --md "$out/batched_gpu.md" 2>&1 | grep -v "^  \|UserWarning"
 echo "[$(date +%T)] suite cost, $(left) s left"
