@@ -182,8 +182,8 @@ def main():
             experiment = other or experiment
         elif other:                           # METHOD@EXPERIMENT: any method of the experiment, its params.yaml point
             experiment, method, changes = other, base, {}
-            if "burn_in" in p["experiments"][experiment]["methods"].get(method, {}) or \
-                    "burn_in" in p.get("methods", {}).get(method, {}):
+            if "burn_in" in (p["experiments"][experiment]["methods"].get(method) or {}) or \
+                    "burn_in" in (p.get("methods", {}).get(method) or {}):
                 changes = {"burn_in": args.warmup}    # the warm-up rounds burn in; the timed ones are the method's own
         else:
             sys.exit(f"{name}: not a roofline protocol ({', '.join(spec)}); name another method as METHOD@EXPERIMENT")

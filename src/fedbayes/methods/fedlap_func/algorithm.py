@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedbayes.methods.core import graphs
 from fedbayes.methods.core.base import local_train_batched
 from fedbayes.methods.core.local import make_optimizer
 from fedbayes.methods.fedlap.algorithm import FedLap
@@ -172,9 +173,13 @@ class FedLapFunc(FedLap):
         wbar, delta = server["w"], float(self.p.delta)
         w = wbar.clone().requires_grad_(True)
         opt = make_optimizer("adam", [w], float(self.p.server_lr))
-        for _ in range(int(self.p.server_iters)):
+
+        def step(_s_t):
             obj = 0.5 * delta * (w - wbar).square().sum() + soft_ce(self.fm(w, server["x_mem"]), server["yhat"], server["tau_mem"])
             opt.zero_grad(set_to_none=True)
             obj.backward()
             opt.step()
+
+        # thousands of small steps: on a GPU one recorded step replayed (``graphs``), elsewhere a plain loop
+        graphs.run_steps(step, int(self.p.server_iters), device=w.device, capture=graphs.mode(w.device) == "graph")
         return {**server, "w": w.detach()}
