@@ -71,13 +71,12 @@ def test_a_fedavg_sweep_edit_flags_only_the_stages_whose_tables_it_reruns(tmp_pa
     assert flagged(tmp_path, edit) == {"table1", "fedlap_tables", "bayesadmm_tables"}
 
 
-def test_a_toy_edit_flags_only_the_toy_stage(tmp_path):
-    p = params()
-    assert "fedep/table4" in p["toys"]
+def test_a_toy_edit_flags_only_its_own_stage(tmp_path):
     assert flagged(tmp_path, lambda t: t.replace("toys:\n", "toys:\n  # edited\n", 1)) == set()  # a comment: nothing
-    edit = yaml.safe_load((ROOT / "params.yaml").read_text())
-    edit["toys"]["fedep/table4"]["edited"] = 1
-    assert flagged(tmp_path / "b", lambda t: yaml.safe_dump(edit, sort_keys=False)) == {"fedep_toy"}
+    for toy, stages in (("fedep/table4", {"fedep_toy"}), ("bayesadmm/figures", set())):  # the latter: no DVC stage
+        edit = yaml.safe_load((ROOT / "params.yaml").read_text())
+        edit["toys"][toy]["edited"] = 1
+        assert flagged(tmp_path / toy, lambda t: yaml.safe_dump(edit, sort_keys=False)) == stages, toy
 
 
 def test_the_committed_dvc_yaml_is_as_generated():

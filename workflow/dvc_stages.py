@@ -1,11 +1,11 @@
-"""The `params:` lists of dvc.yaml's table stages, generated from params.yaml as the Snakemake rules read it.
+"""The `params:` lists of dvc.yaml's table and toy stages, generated from params.yaml as the Snakemake rules read it.
 
 A table stage asks Snakemake for some tables (the `${reports_dir}/<table>.csv` in its `cmd`). Their jobs
 read the run settings, the selection rule, the tables' own `tables.<name>` specs, the experiments the
 tables run and those they take their selection from (fedbayes.config ``comparable_experiments``,
 ``selection_from``), and every method those experiments run: a table reads its experiments' sweep
 reports, which read each method's selection (workflow/rules/report.smk, evaluate.smk). The headline
-table's stage also reads `headline`. So an edit marks in `dvc status` the stages whose tables Snakemake
+table's stage also reads `headline`; a toy's stage, its `toys.<name>` block. So an edit marks in `dvc status` the stages whose tables Snakemake
 reruns, and no other. DVC splits a key at its dots: a dot in a name is written `?` (DVC matches keys as
 globs), e.g. `experiments.fmnist10-labeldir0?01-k20`.
 
@@ -31,7 +31,7 @@ HEADER = "      # generated from params.yaml by `make dvc.yaml` (workflow/dvc_st
 
 
 def stage_tables(cmd: str, tables: dict) -> list[str]:
-    """The params.yaml tables a stage's command asks Snakemake for (``${reports_dir}/<table>.csv``)."""
+    """The params.yaml tables (or toys) a stage's command asks Snakemake for (``${reports_dir}/<name>.csv``)."""
     return [t for t in re.findall(r"\$\{reports_dir\}/(\S+)\.csv", cmd) if t in tables]
 
 
@@ -81,15 +81,19 @@ def generate(text: str, p: dict) -> tuple[str, list[str]]:
 
     changed = []
     for stage, body in yaml.safe_load(text)["stages"].items():
-        names = stage_tables(str(body.get("cmd", "")), p["tables"])
-        if not names:
+        cmd = str(body.get("cmd", ""))
+        if names := stage_tables(cmd, p["tables"]):
+            keys = stage_params(p, names)
+        elif toys := stage_tables(cmd, p.get("toys", {})):   # a toy reads its own block alone
+            keys = [f"toys.{t}" for t in toys]
+        else:
             continue
         # the stage's `params:` block: from its line to the stage's next key
         m = re.search(rf"^  {re.escape(stage)}:\n(?:(?!  \S).*\n)*?    params:\n((?:(?:      .*|\s*)\n)*?)(?=    \S)",
                       text, re.M)
         if not m:
             raise SystemExit(f"dvc.yaml: stage {stage} has no params: block to generate")
-        new = render(stage_params(p, names))
+        new = render(keys)
         if m.group(1) != new:
             changed.append(stage)
             text = text[:m.start(1)] + new + text[m.end(1):]
