@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup data table1 smoke rehearsal report test bench clean-smoke clean-rehearsal mlflow-ui
+.PHONY: setup data table1 smoke rehearsal report test bench clean-smoke clean-rehearsal mlflow-ui dvc.yaml
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,11 @@ data: setup
 # the headline table, its figures and DVC's view of it (reports/metrics/, reports/plots/)
 table1: setup
 	snakemake --cores all reports/table1.csv reports/metrics
+
+# dvc.yaml's table stages' params lists, from params.yaml (after adding an experiment or method to a table;
+# `dvc repro` stops and names this target when they are out of date)
+dvc.yaml:
+	python3 workflow/dvc_stages.py
 
 # the same DAG shrunk to about a minute; its outputs live under reports/smoke/ (and results/runs/smoke/,
 # data/partitions/smoke/, work/smoke/), git-ignored: it never writes over the paper-scale files

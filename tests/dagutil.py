@@ -48,7 +48,7 @@ def read_params(root: Path) -> dict:
 
 def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None, scale: str = "smoke") -> Path:
     """The workflow's files copied into ``dst``; params.yaml at ``scale`` (its smoke overlay inline), then
-    passed to ``edit``."""
+    passed to ``edit`` (and dvc.yaml's params lists generated again for the edited tables)."""
     dst.mkdir(parents=True, exist_ok=True)
     for name in COPY:
         src = repo / name
@@ -64,6 +64,8 @@ def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None,
     if edit is not None:
         edit(p)
     (dst / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    if edit is not None:  # dvc.yaml's params lists follow the edited tables, as `make dvc.yaml` writes them
+        subprocess.run([sys.executable, "workflow/dvc_stages.py"], cwd=dst, check=True, capture_output=True)
     return dst
 
 

@@ -343,8 +343,9 @@ def test_table_command_prints_a_summary_not_the_frame(table_params, tmp_path, ca
 
 
 def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
-    """reports/metrics/<experiment>/<method>.json (`dvc metrics show`: a row per experiment × method, a
-    column per metric): flat JSONs of our last-round numbers; reports/plots/*.csv (`dvc plots show`): per
+    """reports/metrics/<experiment>/<method>.json (`dvc metrics show`: a row per experiment × method, per
+    metric the columns ours, published, verdict): our last-round numbers beside the published value and
+    whether they reproduce it, from the table's own cells; reports/plots/*.csv (`dvc plots show`): per
     round and method, the mean over seeds (long format)."""
     from fedbayes.reports.headline import plot_files, write_headline
 
@@ -358,9 +359,17 @@ def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
     exps = p["tables"]["table1"]["experiments"]
     assert sorted(out.rglob("*.json")) == sorted(out / e / "fedavg.json" for e in exps)
     m = json.loads((out / exps[0] / "fedavg.json").read_text())
-    assert list(m) == ["test/acc", "test/nll", "test/ece"] and all(isinstance(v, float) for v in m.values())
-    last = df[(df.experiment == exps[0]) & (df["round"] == 50) & (df.metric == "test/acc")].ours_mean.iloc[0]
-    assert m["test/acc"] == pytest.approx(last)
+    assert list(m) == ["test/acc", "test/nll", "test/ece"]
+    for metric, v in m.items():
+        cell = df[(df.experiment == exps[0]) & (df["round"] == 50) & (df.metric == metric)].iloc[0]
+        assert isinstance(v["ours"], float) and v["ours"] == pytest.approx(cell.ours_mean), metric
+        if pd.isna(cell.published_mean) or pd.isna(cell.within_tol):
+            assert v["verdict"] == "not compared" and ("published" in v) == pd.notna(cell.published_mean), metric
+        else:
+            assert v["published"] == pytest.approx(cell.published_mean), metric
+            assert v["verdict"] == ("reproduces" if cell.within_tol else "outside"), metric
+    verdicts = {v["verdict"] for f in out.rglob("*.json") for v in json.loads(f.read_text()).values()}
+    assert verdicts <= {"reproduces", "outside", "not compared"} and len(verdicts) > 1
     plots = [f for f in files if f.suffix == ".csv"]
     assert plots == plot_files(p) and [f.name for f in plots] == [f"table1_{e}_test_acc.csv" for e in exps]
     c = pd.read_csv(plots[0])  # long format: a row per round × method that was evaluated, no empty cell

@@ -2,10 +2,13 @@
 
 params.yaml ``headline`` names the table, the metrics and the curves:
 
-- ``<reports>/metrics/<experiment>/<method>.json``: a flat JSON per experiment × method, ``{"<metric>": our
-  value}`` (the table's statistic over seeds at the experiment's last reported round; accuracy in %, as in
-  the tables), so that ``dvc metrics show`` prints a row per experiment × method and a column per metric.
-  A cell with no number of ours (not run) is left out: JSON has no NaN.
+- ``<reports>/metrics/<experiment>/<method>.json``: a JSON per experiment × method, ``{"<metric>": {"ours":
+  …, "published": …, "verdict": …}}``, the table's cell at the experiment's last reported round (its
+  statistic over seeds; accuracy in %, as in the tables): our value, the published one, and
+  ``reproduces`` / ``outside`` (within the table's tolerance or not, its ``within_tol``: table.md's ✓) or
+  ``not compared`` (no published value, or no tolerance for the metric). ``dvc metrics show`` prints a
+  row per experiment × method and these three columns per metric. A cell with no number of ours (not
+  run) is left out, and so is a missing published value: JSON has no NaN.
 - ``<reports>/plots/<table>_<experiment>_<metric>.csv``: long format, ``round,method,<metric>`` (``test_acc``):
   a row per round and table method (``bayesadmm@mean``: the runs' point predictions) with the mean over
   seeds of the metric. A round a method did not evaluate has no row (BayesADMM's and FedIVON's sampled
@@ -42,16 +45,28 @@ def plot_files(p: dict) -> list[Path]:
             for m in h["curves"]]
 
 
-def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
-    """``{(experiment, method): {metric: ours_mean}}`` at each experiment's last reported round, the
-    metrics in ``headline.metrics`` order."""
+def verdict(cell) -> str:
+    """A table cell against its published value: ``reproduces``, ``outside`` or ``not compared``."""
+    if pd.isna(cell.published_mean) or pd.isna(cell.within_tol):
+        return "not compared"
+    return "reproduces" if bool(cell.within_tol) else "outside"
+
+
+def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict[str, dict]]:
+    """``{(experiment, method): {metric: {"ours", "published", "verdict"}}}`` at each experiment's last
+    reported round, the metrics in ``headline.metrics`` order."""
     h = p["headline"]
     df = table[table.metric.isin(h["metrics"]) & table.ours_mean.notna()]
-    out: dict[tuple[str, str], dict[str, float]] = {}
+    out: dict[tuple[str, str], dict[str, dict]] = {}
     for exp, rows in df.groupby("experiment", sort=False):
         last = rows[rows["round"] == rows["round"].max()]
         for method, cells in last.groupby("method", sort=False):
-            vals = dict(zip(cells.metric, cells.ours_mean.astype(float)))
+            vals = {}
+            for c in cells.itertuples(index=False):
+                vals[c.metric] = {"ours": float(c.ours_mean)}
+                if pd.notna(c.published_mean):
+                    vals[c.metric]["published"] = float(c.published_mean)
+                vals[c.metric]["verdict"] = verdict(c)
             out[(exp, method)] = {m: vals[m] for m in h["metrics"] if m in vals}
     return out
 

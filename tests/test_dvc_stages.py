@@ -1,0 +1,143 @@
+"""dvc.yaml's table stages depend on exactly the params.yaml keys their Snakemake jobs read, generated from
+params.yaml by workflow/dvc_stages.py (`make dvc.yaml`): an edit flags in `dvc status` only the stages
+whose tables it reruns, the committed dvc.yaml is what the generator writes, and a stage refuses to run
+when params.yaml's tables have moved on from dvc.yaml (never a silently skipped edit).
+
+Before: every table stage depended on the whole `experiments` and `methods` sections, so one FedAvg sweep
+edit on fmnist10-iid-k10 flagged six table stages where Snakemake reran the tables of three."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GEN = ROOT / "workflow" / "dvc_stages.py"
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("dvc_stages", GEN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def params() -> dict:
+    from fedbayes.config import load_params
+
+    return load_params(ROOT / "params.yaml")
+
+
+def flagged(tmp_path: Path, edit) -> set[str]:
+    """The stages whose params `dvc status` reports changed after ``edit`` of params.yaml (DVC's own
+    comparison of the params against dvc.lock, in a copy holding only the DVC files and params)."""
+    from dvc.repo import Repo
+
+    d = tmp_path / "repo"
+    d.mkdir(parents=True)
+    for f in ("dvc.yaml", "dvc.lock", "params.yaml", "params.smoke.yaml"):
+        shutil.copy(ROOT / f, d / f)
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=d, check=True)
+    text = (d / "params.yaml").read_text()
+    new = edit(text)
+    assert new != text
+    (d / "params.yaml").write_text(new)
+    out = set()
+    with Repo(str(d)) as repo:
+        for stage in repo.index.stages:
+            for dep in stage.deps:
+                if type(dep).__name__ == "ParamsDependency" and dep.workspace_status():
+                    out.add(stage.name)
+    return out
+
+
+FEDAVG_LINE = "      fedavg: {sweep: {local_epochs: [5, 10]}}\n"
+
+
+def test_a_fedavg_sweep_edit_flags_only_the_stages_whose_tables_it_reruns(tmp_path):
+    # `snakemake -n reports/README.md reports/metrics` after this edit plans, besides its runs, the
+    # tables table1, fedlap/table1-3 and 5, bayesadmm/table1 (and the headline, scorecard): the stages
+    # table1, fedlap_tables and bayesadmm_tables; the FedIVON, FOLA and FedEP tables do not read it
+    def edit(text):
+        assert FEDAVG_LINE in text   # the first is fmnist10-iid-k10's
+        return text.replace(FEDAVG_LINE, FEDAVG_LINE.replace("[5, 10]", "[5, 20]"), 1)
+
+    assert flagged(tmp_path, edit) == {"table1", "fedlap_tables", "bayesadmm_tables"}
+
+
+def test_a_toy_edit_flags_only_its_own_stage(tmp_path):
+    assert flagged(tmp_path, lambda t: t.replace("toys:\n", "toys:\n  # edited\n", 1)) == set()  # a comment: nothing
+    for toy, stages in (("fedep/table4", {"fedep_toy"}), ("bayesadmm/figures", set())):  # the latter: no DVC stage
+        edit = yaml.safe_load((ROOT / "params.yaml").read_text())
+        edit["toys"][toy]["edited"] = 1
+        assert flagged(tmp_path / toy, lambda t: yaml.safe_dump(edit, sort_keys=False)) == stages, toy
+
+
+def test_the_committed_dvc_yaml_is_as_generated():
+    text = (ROOT / "dvc.yaml").read_text()
+    again, changed = generator().generate(text, params())
+    assert changed == [], f"run `make dvc.yaml`: stages {changed} differ from params.yaml"
+    assert again == text
+
+
+def test_a_table_gaining_an_experiment_makes_its_stage_stale_and_no_other(tmp_path):
+    g, p = generator(), params()
+    text = (ROOT / "dvc.yaml").read_text()
+    p["tables"]["table1"]["experiments"] = [*p["tables"]["table1"]["experiments"], "fmnist-dir-k100"]
+    new, changed = g.generate(text, p)
+    assert changed == ["table1"]
+    keys = yaml.safe_load(new)["stages"]["table1"]["params"]
+    assert "experiments.fmnist-dir-k100" in keys and "experiments.fmnist10-iid-k10" in keys
+
+    # the stage's command checks first: `dvc repro` refuses, naming the stage and the command to run
+    d = tmp_path / "repo"
+    shutil.copytree(ROOT / "workflow" / "schemas", d / "workflow" / "schemas")
+    shutil.copy(GEN, d / "workflow" / "dvc_stages.py")
+    for f in ("dvc.yaml", "params.smoke.yaml"):
+        shutil.copy(ROOT / f, d / f)
+    (d / "params.yaml").write_text((ROOT / "params.yaml").read_text().replace(
+        "experiments: [fmnist10-iid-k10, fmnist10-dir-k10]", "experiments: [fmnist10-iid-k10, fmnist10-dir-k10, fmnist-dir-k100]", 1))
+    cmd = yaml.safe_load(text)["stages"]["table1"]["cmd"]
+    check = cmd.split(" && ")[0]
+    assert "dvc_stages.py --check" in check
+    r = subprocess.run(check.replace("python3", sys.executable), shell=True, cwd=d, capture_output=True, text=True)
+    assert r.returncode != 0 and "table1" in r.stderr and "make dvc.yaml" in r.stderr, r.stderr
+    subprocess.run([sys.executable, "workflow/dvc_stages.py"], cwd=d, check=True, capture_output=True)
+    assert subprocess.run(check.replace("python3", sys.executable), shell=True, cwd=d).returncode == 0
+
+
+def test_every_experiment_a_stage_reads_is_one_its_tables_run():
+    """Each table stage reads the experiments of its tables (and those they take their selection from),
+    the methods those experiments run (their sweep reports read every method's selection), its tables'
+    specs; no other experiment, method or table."""
+    g, p = generator(), params()
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, body in stages.items():
+        tables = g.stage_tables(str(body.get("cmd", "")), p["tables"])
+        keys = [k for k in body.get("params", []) if isinstance(k, str)]
+        if not tables:
+            assert not any(k.startswith(("experiments", "methods", "tables")) for k in keys), name
+            continue
+        exps = {e for t in tables for e in p["tables"][t]["experiments"] if e in p["experiments"]}
+        exps |= {p["experiments"][e]["selection_from"] for e in exps if p["experiments"][e].get("selection_from")}
+        assert {g.key("experiments", e, p["experiments"]) for e in exps} == {k for k in keys if k.startswith("experiments.")}, name
+        runs = {m for e in exps for m in p["experiments"][e]["methods"] if m in p["methods"]}
+        assert {f"methods.{m}" for m in runs} == {k for k in keys if k.startswith("methods.")}, name
+        assert {f"tables.{t}" for t in tables} == {k for k in keys if k.startswith("tables.")}, name
+        assert "experiments" not in keys and "methods" not in keys and "tables" not in keys, name
+
+
+@pytest.mark.parametrize("name", ["fmnist10-labeldir0.01-k20"])
+def test_an_experiment_name_with_a_dot_is_one_dvc_key(name):
+    """DVC splits a params key at its dots; a dot in a name is matched by `?` (DVC reads keys as globs)."""
+    import dpath
+
+    p = params()
+    k = generator().key("experiments", name, p["experiments"])
+    assert dpath.search(p, k, separator=".")["experiments"] == {name: p["experiments"][name]}
