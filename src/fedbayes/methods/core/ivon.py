@@ -320,19 +320,22 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
             step = _ivon_step_
             step(*args, **kws, **kw)
 
+    @torch.no_grad()
+    def sample(clients) -> torch.Tensor:
+        """θ = M + ε/sqrt(λ(h + δ)), ε from ``clients``' own generators (the others' rows are stale)."""
+        for c in clients:
+            kernels.randn_(noise[c], generators[c])
+        torch.mul(HD, ess, out=std)
+        std.rsqrt_()
+        noise.mul_(std)
+        return M + noise
+
     how = graphs.mode(dev)
     if how != "subset":   # the recordable step (``graphs``): every client every step, finished ones put back
         lr_now, bias_now = torch.empty_like(ess), torch.empty_like(ess)
 
         def static_step(s_t):
-            with torch.no_grad():
-                for c in range(C):
-                    kernels.randn_(noise[c], generators[c])
-                torch.mul(HD, ess, out=std)
-                std.rsqrt_()
-                noise.mul_(std)
-                theta = M + noise
-            grad = plan.gradient_static(theta, s_t)
+            grad = plan.gradient_static(sample(range(C)), s_t)
             with torch.no_grad():
                 nxg = noise.mul_(grad)
                 old = [(x, x.clone()) for x in (M, H, G, HD)]
@@ -345,14 +348,7 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
         graphs.run_steps(static_step, S, device=dev, generators=generators, capture=how == "graph")
     for s in range(S if how == "subset" else 0):
         act = plan.active(s)
-        with torch.no_grad():
-            for c in act:
-                kernels.randn_(noise[c], generators[c])
-            torch.mul(HD, ess, out=std)
-            std.rsqrt_()
-            noise.mul_(std)
-            theta = M + noise
-        grad = plan.gradient(theta, s)
+        grad = plan.gradient(sample(act), s)
         with torch.no_grad():
             nxg = noise.mul_(grad)
             if len(act) == C:
