@@ -53,7 +53,7 @@ def synthetic_params(p: dict) -> None:
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory, repo):
     d = copy_repo(repo, tmp_path_factory.mktemp("faults"), synthetic_params, scale="paper")
-    sh("snakemake --cores 2 reports/faults.csv", d)
+    sh("snakemake --cores 2 reports/faults.csv mlflow", d)
     return d
 
 

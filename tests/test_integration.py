@@ -39,7 +39,7 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     # a clean checkout: the smoke DAG must leave `git status` clean (its outputs are git-ignored and live
     # apart from the paper-scale files, which it never writes)
     sh(f"git init -q && {GIT} add -A >/dev/null && {GIT} commit -qm checkout", workdir)
-    out = sh("snakemake --cores 2 " + " ".join(TARGETS), workdir)
+    out = sh("snakemake --cores 2 mlflow " + " ".join(TARGETS), workdir)
     assert sh("git status --porcelain --untracked-files=all", workdir).strip() == ""
     assert not (workdir / "reports/table1.csv").exists() and not (workdir / "reports/figures").exists()
     assert "round   3/3" in out  # per-round progress reaches the console
@@ -134,7 +134,7 @@ def test_snakemake_smoke_dag_builds_table_and_mlflow(workdir):
     tags = {k for (k,) in con.execute("select distinct key from tags")}
     assert {"git_sha", "partition_hash", "device", "config_hash", "run_key", "selected"} <= tags
     # a second invocation has nothing to do
-    assert "Nothing to be done" in sh("snakemake --cores 2 " + " ".join(TARGETS), workdir)
+    assert "Nothing to be done" in sh("snakemake --cores 2 mlflow " + " ".join(TARGETS), workdir)
 
 
 def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
@@ -188,7 +188,7 @@ def test_dvc_remote_fresh_clone_pulls_and_adopts_without_recomputing(workdir, tm
     # jobs may run: they record whether each dataset is available here, work/ is not committed)
     for rule in ("train", "evaluate", "select"):
         assert f"rule {rule}:" not in plan and f"checkpoint {rule}:" not in plan, f"a fresh clone reruns {rule}"
-    sh("snakemake --cores 2 " + " ".join(TABLES), clone)
+    sh("snakemake --cores 2 mlflow " + " ".join(TABLES), clone)
     assert {t: (clone / t).read_text() for t in TABLES} == tables
     runs = sqlite3.connect(clone / "mlflow.db").execute("select count(*) from runs").fetchone()[0]
     assert runs == sqlite3.connect(workdir / "mlflow.db").execute(
