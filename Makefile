@@ -38,7 +38,7 @@ QUIET := --quiet rules host   # last on the line: --quiet takes the words after 
 table1: setup
 	snakemake --cores all reports/table1.csv reports/metrics $(QUIET)
 
-# every table's runs imported into the MLflow store (mlflow.db), one process per experiment
+# every table's runs imported into the MLflow store (mlflow.db), one process per table (one table's: snakemake --cores all mlflow_table1)
 mlflow: setup
 	snakemake --cores all mlflow $(QUIET)
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 from dagutil import copy_repo, sh
-from test_faults import synthetic_params
+from test_faults import LONG, synthetic_params
 
 from fedbayes.runfiles import DamagedFile, read_history_rows, read_metrics, read_run_info, read_selected
 
@@ -153,13 +154,13 @@ def store_runs(d: Path) -> int:
         return con.execute("SELECT count(*) FROM runs WHERE status = 'FINISHED' AND lifecycle_stage = 'active'").fetchone()[0]
 
 
-IMPORT = {"mlflow_log_synth_k4": 1, "mlflow": 1}   # the experiment's import job, and the target rule
+IMPORT = {"mlflow_faults": 1, "mlflow": 1}   # the table's import job, and the target rule
 
 
 def test_deleted_mlflow_store_is_reimported(synth):
     n = store_runs(synth)
     assert n > 0
-    # the store alone deleted: the import is redone (one job for the experiment's two methods); the table,
+    # the store alone deleted: the import is redone (one job for the table's two methods); the table,
     # which reads the run files and never the store, is not rebuilt
     (synth / "mlflow.db").unlink()
     assert planned(synth) == {} and planned(synth, "mlflow") == IMPORT
@@ -173,6 +174,27 @@ def test_deleted_mlflow_store_is_reimported(synth):
     assert planned(synth, "mlflow") == IMPORT
     sh("snakemake --cores 1 mlflow", synth)
     assert store_runs(synth) == n and planned(synth, "mlflow") == {} and planned(synth) == {}
+
+
+def test_a_tables_mlflow_import_trains_and_imports_that_tables_runs_only(tmp_path, repo):
+    """The MLflow import was one job per experiment over every table's pairs: asking for one table's
+    runs in MLflow trained the other tables' methods of its experiments too. A table's import (rule
+    mlflow_<table>) plans that table's runs only; ``mlflow`` plans every table's."""
+    def two_tables(p):   # two tables share synth-k4, each with its own method
+        synthetic_params(p)
+        p["tables"]["other"] = {**p["tables"]["faults"], "title": "FedAvg", "experiments": ["synth-k4", LONG],
+                                "methods": ["fedavg"]}
+        p["tables"]["faults"]["methods"] = ["fedprox"]
+
+    def trained(target):   # (experiment, method) of the train jobs planned, and the import jobs
+        plan = sh(f"snakemake -n --cores 1 {target}", d)
+        return (set(re.findall(r"^    wildcards: experiment=([^,]+), method=([^,]+), point=", plan, re.M)),
+                set(re.findall(r"^rule (mlflow\w*):", plan, re.M)))
+
+    d = copy_repo(repo, tmp_path / "repo", two_tables, scale="paper")
+    assert trained("mlflow_faults") == ({("synth-k4", "fedprox")}, {"mlflow_faults"})
+    assert trained("mlflow") == ({("synth-k4", "fedprox"), ("synth-k4", "fedavg"), (LONG, "fedavg")},
+                                 {"mlflow_faults", "mlflow_other", "mlflow"})
 
 
 # --- the readers (fedbayes.runfiles), without a workflow -------------------------------------------

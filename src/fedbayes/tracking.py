@@ -1,7 +1,8 @@
 """MLflow import of finished runs.
 
 Training jobs never talk to MLflow: they write history.csv / metrics.json / run.json. One
-``fedbayes track`` job per (experiment, method) imports those files afterwards. The Snakemake rule holds
+import job per table (``python -m fedbayes.tracking``, ``import_pairs``) imports those files afterwards;
+``fedbayes track`` imports single runs. The Snakemake rule holds
 the ``mlflow_db`` resource (profile: ``--resources mlflow_db=1``) so only one writer touches the SQLite
 store at a time, and every write retries on a locked database.
 
@@ -65,10 +66,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from fedbayes.catalog import METHOD_VARIANTS, recorded_defaults
-from fedbayes.config import experiment_config, paths, stand_in_size, table_figures
+from fedbayes.config import (ConfigError, experiment_config, load_params, paths, seeds, selection_seeds,
+                             stand_in_size, swept_points, table_figures)
 from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.fileio import exclusive_lock, write_text_atomic
-from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
+from fedbayes.runfiles import DamagedFile, read_history, read_metrics, read_run_info, read_selected
 from fedbayes.runpaths import run_dir, selected_file
 
 NON_METRICS = {"round"}
@@ -147,6 +149,8 @@ def content_hash(run_dir: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
+# the workflow's import of every (experiment, method) at rehearsal scale (its marker, its rule mlflow_rehearsal)
+REHEARSAL_IMPORT = "rehearsal"
 MARKER_STORE = "store "   # the marker's first line: "store <tracking URI>"
 
 
@@ -612,7 +616,6 @@ def _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info
                partition_figure, selected, record) -> str:
     from mlflow.entities import Metric, Param
 
-    from fedbayes.catalog import recorded_defaults
 
     cfg = info["config"]  # what actually produced these numbers
     start, end, stamps, how = run_times(run_dir, info, history)
@@ -721,13 +724,11 @@ def _run_note(experiment, evaluated, point, seed, info, code, how) -> str:
         "Accuracy in %, NLL in nats, ECE / Brier / AUROC as fractions (the artifacts keep accuracy as a fraction)."])
 
 
-# --- every pair of an experiment in one process -----------------------------------------------------
+# --- every run of a set of (experiment, method) pairs (a table's) in one process -----------------------
 
 def imported_runs(p: dict, experiment: str, method: str, point: str) -> list[tuple[str, int]]:
     """(point, seed) of every run of (experiment, method) that is imported: each swept point on the
     selection's seeds, the selected ``point`` on every seed."""
-    from fedbayes.config import seeds, selection_seeds, swept_points
-
     runs = {(point, s) for s in seeds(p, experiment, method)}
     runs |= {(pt, s) for pt in swept_points(p, experiment, method) for s in selection_seeds(p, experiment, method)}
     return sorted(runs, key=lambda r: (r[1], r[0]))
@@ -760,35 +761,37 @@ def _held(uri: str, keys: list[str]) -> dict[str, tuple[str, str, str, str]]:
     return held
 
 
-def import_experiment(p: dict, experiment: str, methods: list[str], figure: str, marker: str, log=print) -> dict:
-    """Import every run of (experiment, method) for each of ``methods`` (``imported_runs``) in this one
-    process, and write each pair's marker (``marker`` with ``{method}``; ``write_marker``). A run whose
-    every MLflow run (the method's own, each variant's) the store already holds FINISHED with the same
-    content and selected tag is not imported again; the MLflow client is loaded only where one is not.
-    ``figure``: the partition figure of a run, with ``{experiment}`` and ``{seed}``. Returns counts."""
+def import_pairs(p: dict, pairs: dict[str, list[str]], figure: str, marker: str, log=print) -> dict:
+    """Import every run of (experiment, method) for each of ``pairs`` ({experiment: [methods]}, a table's;
+    ``imported_runs``) in this one process, and write one marker for them all (``write_marker``). A run
+    whose every MLflow run (the method's own, each variant's) the store already holds FINISHED with the
+    same content and selected tag is not imported again; the MLflow client is loaded only where one is
+    not. ``figure``: the partition figure of a run, with ``{experiment}`` and ``{seed}``. Returns counts."""
     uri = tracking_uri(p)
     check_reachable(uri)
     check_store(uri)
     plan = {}
-    for method in methods:
-        selected = selected_file(paths(p), experiment, method)
-        chosen = read_selected(selected)["point"]
-        runs = []
-        for point, seed in imported_runs(p, experiment, method, chosen):
-            d = run_dir(paths(p), experiment, method, point, seed)
-            info = read_run_info(d)
-            variants = sorted(v for v in read_metrics(d, info).get("variants", {}) if v)
-            keys = [f"{p['scale']}/{experiment}/{m}/{point}/seed{seed}" for m in
-                    [method, *(f"{method}@{v}" for v in variants)]]
-            runs.append((point, seed, d, figure.format(experiment=experiment, seed=seed), keys, content_hash(d),
-                         str(chosen == point).lower()))
-        plan[method] = (selected, chosen, runs)
+    for experiment, methods in pairs.items():
+        for method in methods:
+            selected = selected_file(paths(p), experiment, method)
+            chosen = read_selected(selected)["point"]
+            runs = []
+            for point, seed in imported_runs(p, experiment, method, chosen):
+                d = run_dir(paths(p), experiment, method, point, seed)
+                info = read_run_info(d)
+                variants = sorted(v for v in read_metrics(d, info).get("variants", {}) if v)
+                keys = [f"{p['scale']}/{experiment}/{m}/{point}/seed{seed}" for m in
+                        [method, *(f"{method}@{v}" for v in variants)]]
+                runs.append((point, seed, d, figure.format(experiment=experiment, seed=seed), keys, content_hash(d),
+                             str(chosen == point).lower()))
+            plan[experiment, method] = (selected, chosen, runs)
     counts = {"runs": 0, "imported": 0}
+    record = []
     with store_lock(uri):
         held = _held(uri, [k for _, _, runs in plan.values() for r in runs for k in r[4]])
         session = {}
-        for method, (selected, chosen, runs) in plan.items():
-            record, fresh = [], 0
+        for (experiment, method), (selected, chosen, runs) in plan.items():
+            fresh = 0
             for point, seed, d, fig, keys, digest, flag in runs:
                 have = [held.get(k) for k in keys]
                 if all(h and h[2] == digest and h[3] == flag for h in have):
@@ -798,39 +801,46 @@ def import_experiment(p: dict, experiment: str, methods: list[str], figure: str,
                 _log_run(p, experiment, method, point, seed, d, fig, str(selected), record, session)
                 fresh += 1
             if fresh:
+                _session(session, p, experiment)   # the experiment whose runs are re-tagged
                 _retag_selected(session, p, method, chosen)
-            write_marker(marker.format(method=method), uri, record)
             counts["runs"] += len(runs)
             counts["imported"] += fresh
             log(f"{experiment}/{method}: {fresh} of {len(runs)} runs imported"
                 + (f", {len(runs) - fresh} already in the store as they are" if fresh < len(runs) else ""))
+        write_marker(marker, uri, record)
     return counts
 
 
+def marker_runs(marker: str | Path, scale: str, experiment: str, method: str) -> int:
+    """How many MLflow runs of (experiment, method) an import marker (``write_marker``) records: the
+    method's own and each prediction variant's; 0 without a marker."""
+    marker = Path(marker)
+    if not marker.exists():
+        return 0
+    keys = [line.split()[4] for line in marker.read_text().splitlines()[1:] if len(line.split()) == 6]
+    return sum(1 for k in keys if k.split("/")[:2] == [scale, experiment] and k.split("/")[2].split("@")[0] == method)
+
+
 def main(argv=None) -> None:
-    """``python -m fedbayes.tracking``: the workflow's MLflow import of one experiment (``import_experiment``)."""
+    """``python -m fedbayes.tracking``: the workflow's MLflow import of a table's runs (``import_pairs``)."""
     import argparse
     import sys
 
-    from fedbayes.config import ConfigError, load_params
-    from fedbayes.runfiles import DamagedFile
-
-    ap = argparse.ArgumentParser(prog="python -m fedbayes.tracking", description=import_experiment.__doc__.split(".")[0])
+    ap = argparse.ArgumentParser(prog="python -m fedbayes.tracking", description=import_pairs.__doc__.split(".")[0])
     ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--experiment", required=True)
-    ap.add_argument("--methods", nargs="+", required=True)
+    ap.add_argument("--name", required=True, help="what the pairs are (a table's name), for the summary line")
+    ap.add_argument("--pairs", required=True, help='the (experiment, method) pairs, JSON: {"experiment": [methods]}')
     ap.add_argument("--figure", required=True, help="a run's partition figure: a path with {experiment} and {seed}")
-    ap.add_argument("--marker", required=True, help="a pair's import marker: a path with {method}")
+    ap.add_argument("--marker", required=True, help="the import marker written")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
         p = load_params(args.params)
-        n = import_experiment(p, args.experiment, args.methods, args.figure, args.marker,
-                              log=lambda line: print(line, flush=True))
+        n = import_pairs(p, json.loads(args.pairs), args.figure, args.marker, log=lambda line: print(line, flush=True))
     except (TrackingUnavailable, ConfigError, DamagedFile) as e:  # one line naming the URI, store or file
         print(f"fedbayes track: error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"MLflow: {n['imported']} of {n['runs']} runs of {args.experiment} imported into {tracking_uri(p)} "
+    print(f"MLflow: {n['imported']} of {n['runs']} runs of {args.name} imported into {tracking_uri(p)} "
           f"in {time.monotonic() - t0:.1f} s", flush=True)
 
 

@@ -198,7 +198,7 @@ if stand_in_size(config):
     rule rehearsal_summary:
         input:
             tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
-            tracked=[f"{WORK}/mlflow/{e}/{m}.runs" for e in config["experiments"] for m in experiment(e)["methods"]],
+            tracked=import_marker(REHEARSAL_IMPORT),
             code=fixed(code("reports/rehearsal.py")),
         output:
             f"{REPORTS}/summary.md",

@@ -1,13 +1,16 @@
-# MLflow import (`snakemake --cores all mlflow`, also part of the default target): not on a table's path
-# (a table reads the run files, never the store), so a table is built without it. One job per experiment, importing every run of its (experiment, method) pairs in one
+# MLflow import: not on a table's path (a table reads the run files, never the store), so a table is
+# built without it. `snakemake --cores all mlflow_<table>` (the table's name, "/" as "_": mlflow_table1,
+# mlflow_fedlap_table1) imports that table's runs and no other's; `snakemake --cores all mlflow` every
+# table's (also part of the default target). One job per table imports every run of its (experiment,
+# method) pairs (each sweep point on the selection's seeds, the selected point on every seed) in one
 # process (python -m fedbayes.tracking): MLflow's import costs seconds, so a process per pair made the
 # imports most of a small DAG's time. A run the store already holds with the same content and selected
-# tag is not imported again. Jobs are serialised on the SQLite store by the `mlflow_db` resource (the
-# default profile sets --resources mlflow_db=1) and by a file lock (fedbayes.tracking.store_lock). Each
-# pair's marker records the store and, per MLflow run, its id, key and content hash, and lives under
-# work/, not results/. It is trusted only where that store holds those runs
-# (fedbayes.tracking.marker_problems). Tags: selected=true|false, content_hash, import_id.
-from fedbayes.tracking import imported_runs
+# tag is not imported again, so a pair two tables share costs the second a look-up. Jobs are serialised
+# on the SQLite store by the `mlflow_db` resource (the default profile sets --resources mlflow_db=1) and
+# by a file lock (fedbayes.tracking.store_lock). A table's marker (work/mlflow/<table>.runs) records the
+# store and, per MLflow run, its id, key and content hash; it is trusted only where that store holds
+# those runs (fedbayes.tracking.marker_problems). Tags: selected=true|false, content_hash, import_id.
+from fedbayes.tracking import REHEARSAL_IMPORT, imported_runs
 
 
 def method_runs(experiment, method):
@@ -15,11 +18,20 @@ def method_runs(experiment, method):
     return imported_runs(config, experiment, method, selected_point(experiment, method))
 
 
-def import_marker(experiment, method):
-    return f"{WORK}/mlflow/{experiment}/{method}.runs"
+def import_marker(group):
+    return f"{WORK}/mlflow/{group}.runs"
 
 
-def store_lost(experiment, methods):
+def import_rule(group):
+    return "mlflow_" + re.sub(r"[^A-Za-z0-9]", "_", group)
+
+
+def available_pairs(pairs):
+    """The pairs whose experiment's data this machine has (as the tables: the others' rows say "not run")."""
+    return {e: ms for e, ms in pairs.items() if experiment_available(e)}
+
+
+def store_lost(group):
     """Input function: an import whose runs are not in the store as imported (it was deleted, runs were
     removed in the UI, MLFLOW_TRACKING_URI names another store or server) is redone: a marker naming why
     becomes an input (fedbayes.tracking.marker_problems)."""
@@ -27,69 +39,71 @@ def store_lost(experiment, methods):
     def inputs(wc):
         from fedbayes.tracking import marker_problems, tracking_uri
 
-        uri = tracking_uri(config)
-        why = [f"{m}: {w}" for m in methods for w in marker_problems(import_marker(experiment, m), uri)]
-        return marker_input(f"{WORK}/damaged/mlflow/{experiment}.txt", "re-imported because ", why)
+        return marker_input(f"{WORK}/damaged/mlflow/{group}.txt", "re-imported because ",
+                            marker_problems(import_marker(group), tracking_uri(config)))
 
     return inputs
 
 
-def imported_files(experiment, methods):
+def imported_files(pairs):
     def inputs(wc):
-        return [f"{run_dir(experiment, m, pt, s)}/{f}" for m in methods for pt, s in method_runs(experiment, m)
-                for f in ("metrics.json", "history.csv")]
+        return [f"{run_dir(e, m, pt, s)}/{f}" for e, ms in available_pairs(pairs).items() for m in ms
+                for pt, s in method_runs(e, m) for f in ("metrics.json", "history.csv")]
 
     return inputs
 
 
-def imported_figures(experiment, methods):
-    return lambda wc: sorted({partition_figure_of(experiment, s) for m in methods for _, s in method_runs(experiment, m)})
+def imported_selections(pairs):
+    return lambda wc: [selected_file(e, m) for e, ms in available_pairs(pairs).items() for m in ms]
 
 
-# experiment -> its methods whose runs are imported: every table's pairs; at rehearsal scale every
+def imported_figures(pairs):
+    return lambda wc: sorted({partition_figure_of(e, s) for e, ms in available_pairs(pairs).items() for m in ms
+                              for _, s in method_runs(e, m)})
+
+
+# import group -> {experiment: [methods]}: each table's pairs; at rehearsal scale one group of every
 # (experiment, method), those in no table too (the rehearsal's summary lists them all)
-IMPORTS = {}
-for _spec in config["tables"].values():
-    for _e, _ms in table_pairs(_spec).items():
-        IMPORTS.setdefault(_e, {}).update(dict.fromkeys(_ms))
+IMPORTS = {t: table_pairs(s) for t, s in config["tables"].items()}
 if stand_in_size(config):
-    for _e in config["experiments"]:
-        IMPORTS.setdefault(_e, {}).update(dict.fromkeys(experiment(_e)["methods"]))
+    if REHEARSAL_IMPORT in IMPORTS:
+        raise WorkflowError(f"params: a table may not be named {REHEARSAL_IMPORT!r} at rehearsal scale "
+                            "(the name of the MLflow import of every experiment)")
+    IMPORTS[REHEARSAL_IMPORT] = {e: list(experiment(e)["methods"]) for e in config["experiments"]}
+if len({import_rule(g) for g in IMPORTS}) < len(IMPORTS):
+    raise WorkflowError(f"params: two tables' names give the same MLflow import rule ({sorted(IMPORTS)})")
 
-for _e, _ms in IMPORTS.items():
-    _ms = list(_ms)
+for _group, _pairs in IMPORTS.items():
 
     rule:
         name:
-            f"mlflow_log_{re.sub(r'[^A-Za-z0-9]', '_', _e)}"
+            import_rule(_group)
         input:
-            lost=store_lost(_e, _ms),
-            runs=imported_files(_e, _ms),
-            selected=[f"{RUNS}/{_e}/{m}/selected.json" for m in _ms],
-            figures=imported_figures(_e, _ms),
+            lost=store_lost(_group),
+            runs=imported_files(_pairs),
+            selected=imported_selections(_pairs),
+            figures=imported_figures(_pairs),
         output:
-            [import_marker(_e, m) for m in _ms],
+            import_marker(_group),
         params:
-            runs=lambda wc, e=_e, ms=_ms: json.dumps({m: method_runs(e, m) for m in ms}),
-            methods=_ms,
-            experiment=_e,
+            # a param: data newly available here, or a pair added to the table, redoes the import
+            pairs=lambda wc, pairs=_pairs: json.dumps(available_pairs(pairs), sort_keys=True),
+            name=_group,
             figure=lambda wc: partition_figure_of("{experiment}", "{seed}"),  # filled in by the job
-            marker=lambda wc, e=_e: import_marker(e, "{method}"),
         resources:
             mlflow_db=1,
         log:
-            f"{WORK}/logs/mlflow/{_e}.log",
+            f"{WORK}/logs/mlflow/{_group}.log",
         shell:
             f"{shlex.quote(sys.executable)} -m fedbayes.tracking --params {shlex.quote(str(EFFECTIVE))}"
-            " --experiment {params.experiment:q} --methods {params.methods:q} --figure {params.figure:q}"
-            " --marker {params.marker:q} > {log:q} 2>&1 && tail -n 1 {log:q}"  # a line a pair in the log, its sum here
+            " --name {params.name:q} --pairs {params.pairs:q} --figure {params.figure:q}"
+            " --marker {output:q} > {log:q} 2>&1 && tail -n 1 {log:q}"  # a line a pair in the log, its sum here
 
 
-def all_imports(wc=None):
-    """Every table's pairs' import markers, of the experiments whose data this machine has (as the tables)."""
-    return [import_marker(e, m) for e, ms in IMPORTS.items() if experiment_available(e) for m in ms]
+# every table's runs in the MLflow store; at rehearsal scale the one import of every experiment
+MLFLOW_GROUPS = [REHEARSAL_IMPORT] if stand_in_size(config) else list(config["tables"])
 
 
-rule mlflow:  # every run of every table's (experiment, method) pairs in the MLflow store
+rule mlflow:
     input:
-        all_imports,
+        [import_marker(g) for g in MLFLOW_GROUPS],
