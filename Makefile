@@ -30,9 +30,9 @@ data-source:
 data: setup
 	fedbayes data fmnist mnist5k
 
-# Snakemake without its per-job blocks: the jobs' own summary lines (what each table holds, what it
+# Snakemake without its per-job blocks and step counts: the jobs' own summary lines (what each table holds, what it
 # wrote) and errors; every job's full output is in work/logs/<rule>/…
-QUIET := --quiet rules host   # last on the line: --quiet takes the words after it
+QUIET := --quiet rules host progress   # last on the line: --quiet takes the words after it
 
 # the headline table, its figures and DVC's view of it (reports/metrics/, reports/plots/)
 table1: setup
