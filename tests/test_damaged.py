@@ -20,8 +20,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from dagutil import copy_repo, sh
-from test_faults import LONG, synthetic_params
+from dagutil import built_copy, copy_repo, sh
+from test_faults import LONG, SYNTH_BUILD, synthetic_params
 
 from fedbayes.runfiles import DamagedFile, read_history_rows, read_metrics, read_run_info, read_selected
 
@@ -32,8 +32,8 @@ SELECTED = "results/runs/synth-k4/fedavg/selected.json"
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory, repo):
-    d = copy_repo(repo, tmp_path_factory.mktemp("damaged"), synthetic_params, scale="paper")
-    sh(f"snakemake --cores 2 {TABLE} mlflow", d)
+    d = built_copy(tmp_path_factory, repo, "synth", synthetic_params, "paper", SYNTH_BUILD)   # shared
+    sh("snakemake --cores 2 mlflow", d)
     return d
 
 
