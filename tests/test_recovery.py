@@ -118,4 +118,10 @@ def test_a_run_with_another_seeds_history_is_retrained_by_the_recipe(built):
     clocks = ["time_s", "wall_s", "eval_s"]   # wall-clock columns: the only ones a retraining changes
     pd.testing.assert_frame_equal(again.drop(columns=clocks), own.drop(columns=clocks))
     pd.testing.assert_frame_equal(pd.read_csv(d / TARGET), table)
+    # the table is up to date; its MLflow import (off the table's path) is what is left: the retrained run
+    plan = planned(d)
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["mlflow_table1"], plan
+    reason = re.search(r"reason: Updated input files: (.*)", plan).group(1).split(", ")
+    assert f"results/runs/smoke/{EXP}/fedavg/{point}/seed0/history.csv" in reason, plan
+    sh("snakemake --cores 1 mlflow_table1", d)
     assert planned(d) == ""
