@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup data table1 smoke rehearsal report test bench clean-smoke clean-rehearsal mlflow-ui dvc.yaml
+.PHONY: setup data table1 mlflow smoke rehearsal report test bench clean-smoke clean-rehearsal mlflow-ui dvc.yaml
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -30,9 +30,17 @@ data-source:
 data: setup
 	fedbayes data fmnist mnist5k
 
+# Snakemake without its per-job blocks and step counts: the jobs' own summary lines (what each table holds, what it
+# wrote) and errors; every job's full output is in work/logs/<rule>/…
+QUIET := --quiet rules host progress   # last on the line: --quiet takes the words after it
+
 # the headline table, its figures and DVC's view of it (reports/metrics/, reports/plots/)
 table1: setup
-	snakemake --cores all reports/table1.csv reports/metrics
+	snakemake --cores all reports/table1.csv reports/metrics $(QUIET)
+
+# every table's runs imported into the MLflow store (mlflow.db), one process per table (one table's: snakemake --cores all mlflow_table1)
+mlflow: setup
+	snakemake --cores all mlflow $(QUIET)
 
 # dvc.yaml's table stages' params lists, from params.yaml (after adding an experiment or method to a table;
 # `dvc repro` stops and names this target when they are out of date)
@@ -69,5 +77,5 @@ test: setup
 bench: setup
 	$(PY) benchmarks/bench_fedavg.py
 
-mlflow-ui:
+mlflow-ui: mlflow
 	mlflow ui --backend-store-uri sqlite:///mlflow.db

@@ -51,3 +51,4 @@ rule all:
         # no scorecard of stand-in data: the rehearsal's summary of what ran instead
         f"{PATHS['reports']}/summary.md" if stand_in_size(config) else f"{PATHS['reports']}/README.md",
         [f"{PATHS['reports']}/metrics"] if config.get("headline") else [],  # the headline numbers for `dvc metrics show`
+        [f"{WORK}/mlflow/{g}.runs" for g in MLFLOW_GROUPS],  # every table's runs in MLflow (rule mlflow)

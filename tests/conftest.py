@@ -16,7 +16,7 @@ torch.set_num_threads(1)
 # directories): collected first, so that `pytest -n auto --dist loadfile` (make test) starts them on
 # their own workers at once instead of after every quick file; the order within a file is kept.
 SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test_scaleout.py", "test_damaged.py", "test_faults.py",
-              "test_recovery.py")
+              "test_recovery.py", "test_rerun_rule.py", "test_edit_loop.py", "test_method_plugins.py")
 
 
 def pytest_collection_modifyitems(config, items):

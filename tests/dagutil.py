@@ -69,6 +69,28 @@ def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None,
     return dst
 
 
+def built_copy(tmp_path_factory, repo: Path, name: str, edit: Callable[[dict], None] | None, scale: str,
+               command: str) -> Path:
+    """A fresh copy of a repository copy (``copy_repo``) in which ``command`` ran on the copy's own sources
+    (``PYTHONPATH=<copy>/src``, as tests that edit them run it): the build is made once a test session,
+    shared by the files that ask for the same ``name`` on any xdist worker (a lock), and copied with its
+    mtimes, so each caller's edits stay its own and Snakemake sees the copy up to date."""
+    from fedbayes.fileio import exclusive_lock
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root   # the session's, not the worker's
+    cache = root / f"built-{name}"
+    with exclusive_lock(cache):
+        if not (cache / ".built").exists():
+            shutil.rmtree(cache, ignore_errors=True)
+            copy_repo(repo, cache, edit, scale)
+            sh(command, cache, PYTHONPATH=str(cache / "src"))
+            (cache / ".built").write_text(command + "\n")
+    d = tmp_path_factory.mktemp(name)
+    shutil.copytree(cache, d, dirs_exist_ok=True, symlinks=True, ignore=shutil.ignore_patterns(".built"))
+    return d
+
+
 def env(**extra: str) -> dict:
     """The test's environment with the venv's tools first on PATH, a local SQLite MLflow store and no
     downloads (MNIST, CIFAR-10, UCI, FLamby are unavailable offline and never fetched)."""

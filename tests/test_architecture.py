@@ -55,9 +55,10 @@ LAZY_TORCH = {
     ("fedbayes.cli", "fedbayes.eval.evaluate"),          # fedbayes evaluate (scipy, scikit-learn)
     ("fedbayes.cli", "fedbayes.reports.tables"),         # fedbayes table (matplotlib, pandas)
     ("fedbayes.cli", "fedbayes.reports.scorecard"),      # fedbayes table / scorecard (pandas)
-    ("fedbayes.cli", "fedbayes.reports.headline"),       # fedbayes headline (matplotlib)
-    ("fedbayes.cli", "fedbayes.reports.toys"),           # fedbayes toy (matplotlib, scipy)
     ("fedbayes.cli", "fedbayes.reports.selection"),      # fedbayes select / sweep-report (pandas)
+    ("fedbayes.reports.headline", "fedbayes.reports.selection"),  # the curves; the workflow plans with plot_files
+    ("fedbayes.reports.toys", "fedbayes.toys.gaussian2d"),       # a toy's build; the workflow plans with TOYS
+    ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm_toys"),   # (scipy, matplotlib)
 }
 
 # Pending: the import edges of the methods package and the catalogue that another change is restructuring

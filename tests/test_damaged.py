@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from dagutil import copy_repo, sh
-from test_faults import synthetic_params
+from dagutil import built_copy, copy_repo, sh
+from test_faults import LONG, SYNTH_BUILD, synthetic_params
 
 from fedbayes.runfiles import DamagedFile, read_history_rows, read_metrics, read_run_info, read_selected
 
@@ -31,14 +32,14 @@ SELECTED = "results/runs/synth-k4/fedavg/selected.json"
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory, repo):
-    d = copy_repo(repo, tmp_path_factory.mktemp("damaged"), synthetic_params, scale="paper")
-    sh(f"snakemake --cores 2 {TABLE}", d)
+    d = built_copy(tmp_path_factory, repo, "synth", synthetic_params, "paper", SYNTH_BUILD)   # shared
+    sh("snakemake --cores 2 mlflow", d)
     return d
 
 
-def planned(d: Path) -> dict[str, int]:
-    """The jobs ``snakemake -n`` plans for the table: rule -> count."""
-    out = sh(f"snakemake -n --cores 1 {TABLE}", d)
+def planned(d: Path, target: str = TABLE) -> dict[str, int]:
+    """The jobs ``snakemake -n`` plans for the table (or ``target``): rule -> count."""
+    out = sh(f"snakemake -n --cores 1 {target}", d)
     if "Nothing to be done" in out:
         return {}
     jobs = {}
@@ -153,22 +154,47 @@ def store_runs(d: Path) -> int:
         return con.execute("SELECT count(*) FROM runs WHERE status = 'FINISHED' AND lifecycle_stage = 'active'").fetchone()[0]
 
 
+IMPORT = {"mlflow_faults": 1, "mlflow": 1}   # the table's import job, and the target rule
+
+
 def test_deleted_mlflow_store_is_reimported(synth):
     n = store_runs(synth)
     assert n > 0
-    # the store alone deleted: the imports behind the table are redone
+    # the store alone deleted: the import is redone (one job for the table's two methods); the table,
+    # which reads the run files and never the store, is not rebuilt
     (synth / "mlflow.db").unlink()
-    assert planned(synth).get("mlflow_log") == 2
-    sh(f"snakemake --cores 1 {TABLE}", synth)
-    assert store_runs(synth) == n and planned(synth) == {}
+    assert planned(synth) == {} and planned(synth, "mlflow") == IMPORT
+    sh("snakemake --cores 1 mlflow", synth)
+    assert store_runs(synth) == n and planned(synth, "mlflow") == {}
     # the documented rebuild recipe, as written
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    recipe = "rm -rf mlflow.db mlartifacts work/mlflow"
+    recipe = "rm -rf mlflow.db mlartifacts work/mlflow\nsnakemake --cores all mlflow"
     assert recipe in readme
-    sh(recipe, synth)
-    assert planned(synth).get("mlflow_log") == 2
-    sh(f"snakemake --cores 1 {TABLE}", synth)
-    assert store_runs(synth) == n and planned(synth) == {}
+    sh(recipe.splitlines()[0], synth)
+    assert planned(synth, "mlflow") == IMPORT
+    sh("snakemake --cores 1 mlflow", synth)
+    assert store_runs(synth) == n and planned(synth, "mlflow") == {} and planned(synth) == {}
+
+
+def test_a_tables_mlflow_import_trains_and_imports_that_tables_runs_only(tmp_path, repo):
+    """The MLflow import was one job per experiment over every table's pairs: asking for one table's
+    runs in MLflow trained the other tables' methods of its experiments too. A table's import (rule
+    mlflow_<table>) plans that table's runs only; ``mlflow`` plans every table's."""
+    def two_tables(p):   # two tables share synth-k4, each with its own method
+        synthetic_params(p)
+        p["tables"]["other"] = {**p["tables"]["faults"], "title": "FedAvg", "experiments": ["synth-k4", LONG],
+                                "methods": ["fedavg"]}
+        p["tables"]["faults"]["methods"] = ["fedprox"]
+
+    def trained(target):   # (experiment, method) of the train jobs planned, and the import jobs
+        plan = sh(f"snakemake -n --cores 1 {target}", d)
+        return (set(re.findall(r"^    wildcards: experiment=([^,]+), method=([^,]+), point=", plan, re.M)),
+                set(re.findall(r"^rule (mlflow\w*):", plan, re.M)))
+
+    d = copy_repo(repo, tmp_path / "repo", two_tables, scale="paper")
+    assert trained("mlflow_faults") == ({("synth-k4", "fedprox")}, {"mlflow_faults"})
+    assert trained("mlflow") == ({("synth-k4", "fedprox"), ("synth-k4", "fedavg"), (LONG, "fedavg")},
+                                 {"mlflow_faults", "mlflow_other", "mlflow"})
 
 
 # --- the readers (fedbayes.runfiles), without a workflow -------------------------------------------

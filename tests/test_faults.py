@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from dagutil import copy_repo, env, mtimes, sh
+from dagutil import built_copy, copy_repo, env, mtimes, sh
 
 TIME_COLS = ["time_s", "wall_s", "eval_s"]  # wall-clock columns: the only ones two runs may differ in
 LONG = "synth-long"  # 12 rounds, FedAvg: the run the kill tests interrupt
@@ -50,10 +50,14 @@ def synthetic_params(p: dict) -> None:
     p["headline"] = {"table": "faults", "metrics": ["test/acc", "test/nll"], "curves": ["test/acc"]}
 
 
+# the synthetic table's build, shared by test_faults, test_damaged and test_rerun_rule (one build a session)
+SYNTH_BUILD = "snakemake --cores 2 reports/faults.csv"
+
+
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory, repo):
-    d = copy_repo(repo, tmp_path_factory.mktemp("faults"), synthetic_params, scale="paper")
-    sh("snakemake --cores 2 reports/faults.csv", d)
+    d = built_copy(tmp_path_factory, repo, "synth", synthetic_params, "paper", SYNTH_BUILD)   # shared
+    sh("snakemake --cores 2 mlflow", d)
     return d
 
 

@@ -38,6 +38,7 @@ def recipes() -> dict[str, list[str]]:
         lines = para.splitlines()
         name = lines[0].lstrip("# ")
         out[name] = [line.replace("snakemake --cores all reports/table1.csv", f"snakemake --cores 2 {TARGET}")
+                     .replace("snakemake --cores all mlflow", "snakemake --cores 2 mlflow_table1")
                      for line in lines if not line.startswith("#")]
     assert len(out) == 4, list(out)
     return out
@@ -56,7 +57,7 @@ def store_runs(db: Path) -> list[tuple]:
 
 
 def planned(d: Path) -> str:
-    out = sh(f"snakemake -n --cores 1 {TARGET}", d)
+    out = sh(f"snakemake -n --cores 1 {TARGET} mlflow_table1", d)
     return "" if "Nothing to be done" in out else out[out.index("Job stats:"):]
 
 
@@ -64,7 +65,7 @@ def planned(d: Path) -> str:
 def built(tmp_path_factory, repo):
     require_fmnist(pytest)
     d = copy_repo(repo, tmp_path_factory.mktemp("recovery"), narrow_table1)
-    sh(f"snakemake --cores 2 {TARGET}", d)
+    sh(f"snakemake --cores 2 {TARGET} mlflow_table1", d)
     return d
 
 
@@ -73,7 +74,7 @@ def test_the_mlflow_store_is_rebuilt_by_the_recipe(built):
     runs, table = store_runs(d / "mlflow.db"), (d / TARGET).read_bytes()
     assert runs and all(e == f"smoke-{EXP}" for e, _ in runs)
     out = sh(recipe("The MLflow store"), d)
-    assert "mlflow_log" in out and not re.search(r"Rule: (train|evaluate|select)\)", out), out[-3000:]
+    assert "rule mlflow_table1:" in out and not re.search(r"Rule: (train|evaluate|select)\)", out), out[-3000:]
     assert store_runs(d / "mlflow.db") == runs and (d / TARGET).read_bytes() == table
     assert planned(d) == ""
 
@@ -94,7 +95,7 @@ def test_a_damaged_store_is_named_and_set_aside_by_the_recipe(built):
     d = built
     runs = store_runs(d / "mlflow.db")
     (d / "mlflow.db").write_bytes(os.urandom(64 * 1024))
-    out = sh(f"snakemake --cores 1 {TARGET}", d, check=False)
+    out = sh("snakemake --cores 1 mlflow_table1", d, check=False)
     assert "mlflow.db is not an SQLite database" in out and "move it aside (mv mlflow.db mlflow.db.damaged)" in out, \
         out[-4000:]
     assert "Traceback" not in out.split("is not an SQLite database")[0][-2000:]
@@ -117,4 +118,10 @@ def test_a_run_with_another_seeds_history_is_retrained_by_the_recipe(built):
     clocks = ["time_s", "wall_s", "eval_s"]   # wall-clock columns: the only ones a retraining changes
     pd.testing.assert_frame_equal(again.drop(columns=clocks), own.drop(columns=clocks))
     pd.testing.assert_frame_equal(pd.read_csv(d / TARGET), table)
+    # the table is up to date; its MLflow import (off the table's path) is what is left: the retrained run
+    plan = planned(d)
+    assert re.findall(r"^rule (\w+):", plan, re.M) == ["mlflow_table1"], plan
+    reason = re.search(r"reason: Updated input files: (.*)", plan).group(1).split(", ")
+    assert f"results/runs/smoke/{EXP}/fedavg/{point}/seed0/history.csv" in reason, plan
+    sh("snakemake --cores 1 mlflow_table1", d)
     assert planned(d) == ""

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagutil import copy_repo, mtimes, sh
-from test_faults import synthetic_params
+from dagutil import built_copy, mtimes, sh
+from test_faults import SYNTH_BUILD, synthetic_params
 from dagutil import read_params
 
 TABLE = "reports/faults.csv"
@@ -46,14 +46,8 @@ def planned_training(d: Path) -> set[tuple[str, str, str, str]]:
 
 @pytest.fixture
 def built(tmp_path_factory, repo) -> Path:
-    """The synthetic table built once, copied fresh for each test (edits stay in their test)."""
-    cache = tmp_path_factory.getbasetemp() / "rerun-built"
-    if not cache.exists():
-        copy_repo(repo, cache, synthetic_params, scale="paper")
-        run(f"snakemake --cores 2 {TABLE}", cache)
-    d = tmp_path_factory.mktemp("rerun")
-    shutil.copytree(cache, d, dirs_exist_ok=True, symlinks=True)
-    return d
+    """The synthetic table built once a session, copied fresh for each test (edits stay in their test)."""
+    return built_copy(tmp_path_factory, repo, "synth", synthetic_params, "paper", SYNTH_BUILD)
 
 
 def all_runs(d: Path) -> set[tuple[str, str, str, str]]:

@@ -397,3 +397,47 @@ def test_a_fresh_store_opens_the_experiment_on_its_training_runs(store, finished
     metrics = client.get_run(rid).data.metrics
     assert [c for c in view["selectedColumns"] if c.startswith("metrics.")]
     assert all(c[len("metrics.`"):-1] in metrics for c in view["selectedColumns"] if c.startswith("metrics."))
+
+
+# --- the workflow's import: every pair of a table in one process --------------------------------------
+
+def test_import_pairs_imports_each_run_once_and_again_only_what_changed(tmp_path, finished_run, store, monkeypatch):
+    """One process imports every run of a table's pairs and writes the table's marker; run again, it
+    imports nothing the store holds as it is (no MLflow client is opened) and the marker is the same; a
+    changed run is imported again, alone; a new selection re-imports the runs whose selected tag it
+    changes, and re-tags the others."""
+    import fedbayes.tracking as tracking
+    from fedbayes.tracking import import_pairs, marker_problems, marker_runs
+
+    p, uri, client = store
+    exp, method, first, other = "fmnist10-iid-k10", "fedavg", "local_epochs=5", "local_epochs=10"
+    p["paths"]["runs"] = str(tmp_path / "runs")
+    root = tmp_path / "runs" / exp / method
+    for pt in (first, other):   # the finished run (seed 3) at both sweep points
+        shutil.copytree(finished_run, root / pt / "seed3")
+    monkeypatch.setattr(tracking, "imported_runs", lambda p, e, m, point: [(first, 3), (other, 3)])
+    (root / "selected.json").write_text(json.dumps({"point": first, "hparams": {}}))
+    marker = tmp_path / "work/mlflow/table1.runs"
+    lines = []
+    n = import_pairs(p, {exp: [method]}, str(tmp_path / "fig{seed}.png"), str(marker), log=lines.append)
+    assert n == {"runs": 2, "imported": 2} and lines == [f"{exp}/{method}: 2 of 2 runs imported"]
+    text = marker.read_text()
+    assert len(text.splitlines()) == 3 and marker_problems(marker, uri) == []
+    assert marker_runs(marker, p["scale"], exp, method) == 2 and marker_runs(marker, p["scale"], exp, "fedprox") == 0
+
+    opened = []
+    real = tracking._session
+    monkeypatch.setattr(tracking, "_session", lambda *a: opened.append(a) or real(*a))
+    assert import_pairs(p, {exp: [method]}, "", str(marker), log=lines.append)["imported"] == 0
+    assert not opened and marker.read_text() == text
+    # one run's files changed: that run alone is imported again
+    h = root / other / "seed3" / "history.csv"
+    h.write_text(h.read_text() + "\n")
+    assert import_pairs(p, {exp: [method]}, "", str(marker), log=lines.append)["imported"] == 1
+    assert marker_problems(marker, uri) == []
+    # a new selection: both runs' selected tags change
+    (root / "selected.json").write_text(json.dumps({"point": other, "hparams": {}}))
+    assert import_pairs(p, {exp: [method]}, "", str(marker), log=lines.append)["imported"] == 2
+    exp_id = client.get_experiment_by_name(exp).experiment_id
+    tags = {r.data.tags["point"]: r.data.tags["selected"] for r in client.search_runs([exp_id])}
+    assert tags == {first: "false", other: "true"}

@@ -24,7 +24,9 @@ from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
+from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
+from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir
 from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
@@ -242,8 +244,6 @@ def cmd_table(args) -> None:
 def cmd_headline(args) -> None:
     p = _params(args)
     absent = []
-    from fedbayes.reports.headline import write_headline  # (lazy: matplotlib, pandas)
-
     files = write_headline(p, args.table_csv, args.out, absent)
     plots = [f for f in files if f.suffix == ".csv"]
     print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
@@ -277,8 +277,6 @@ def cmd_rehearsal_summary(args) -> None:
 
 def cmd_toy(args) -> None:
     p = _params(args)
-    from fedbayes.reports.toys import TOYS  # (lazy: matplotlib, scipy)
-
     if args.name not in TOYS:
         raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
     print(TOYS[args.name].build(p, args.out).to_string(index=False))

@@ -1,7 +1,8 @@
 """MLflow import of finished runs.
 
 Training jobs never talk to MLflow: they write history.csv / metrics.json / run.json. One
-``fedbayes track`` job per (experiment, method) imports those files afterwards. The Snakemake rule holds
+import job per table (``python -m fedbayes.tracking``, ``import_pairs``) imports those files afterwards;
+``fedbayes track`` imports single runs. The Snakemake rule holds
 the ``mlflow_db`` resource (profile: ``--resources mlflow_db=1``) so only one writer touches the SQLite
 store at a time, and every write retries on a locked database.
 
@@ -65,10 +66,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from fedbayes.catalog import METHOD_VARIANTS, recorded_defaults
-from fedbayes.config import experiment_config, paths, stand_in_size, table_figures
+from fedbayes.config import (ConfigError, experiment_config, load_params, paths, seeds, selection_seeds,
+                             stand_in_size, swept_points, table_figures)
 from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.fileio import exclusive_lock, write_text_atomic
-from fedbayes.runfiles import read_history, read_metrics, read_run_info, read_selected
+from fedbayes.runfiles import DamagedFile, read_history, read_metrics, read_run_info, read_selected
 from fedbayes.runpaths import run_dir, selected_file
 
 NON_METRICS = {"round"}
@@ -147,6 +149,8 @@ def content_hash(run_dir: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
+# the workflow's import of every (experiment, method) at rehearsal scale (its marker, its rule mlflow_rehearsal)
+REHEARSAL_IMPORT = "rehearsal"
 MARKER_STORE = "store "   # the marker's first line: "store <tracking URI>"
 
 
@@ -485,7 +489,10 @@ def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_di
     check_reachable(uri)
     check_store(uri)
     with store_lock(uri):
-        return _log_run(p, experiment, method, point, seed, run_dir, partition_figure, selected, record)
+        rid = _log_run(p, experiment, method, point, seed, run_dir, partition_figure, selected, record, session := {})
+        if selected:
+            _retag_selected(session, p, method, read_selected(selected)["point"])
+        return rid
 
 
 def _replace(client, exp_id: str, key: str, name: str, tags: dict, start: int, end: int, write) -> str:
@@ -549,25 +556,35 @@ def _superseded(client, exp_id: str, key: str, rid: str, tags: dict) -> str | No
 
 
 def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
-             partition_figure: str | None, selected: str | None, record: list | None = None) -> str:
-    import mlflow
-    import pandas as pd
-    from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
-
-
+             partition_figure: str | None, selected: str | None, record: list | None = None,
+             session: dict | None = None) -> str:
+    """One run's import. ``session`` (a dict) keeps the client and the experiment between the runs of one
+    process: the store is opened and the experiment's tags set once, not per run. The selected=true|false
+    tags of earlier imports of other points are the caller's (``_retag_selected``, once per method)."""
+    session = {} if session is None else session
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
     history = read_history(run_dir, info)
     metrics = read_metrics(run_dir, info)
-    cfg = info["config"]  # what actually produced these numbers
+    digest = content_hash(run_dir)
+    client, exp_id = _session(session, p, experiment)
+    return _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info, history, metrics, digest,
+                      partition_figure, selected, record)
+
+
+def _session(session: dict, p: dict, experiment: str):
+    """(client, experiment id) of ``experiment`` in the store, opened once per ``session``."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
     uri = tracking_uri(p)
     exp_name = experiment if p["scale"] == "paper" else f"{p['scale']}-{experiment}"
-
-    digest = content_hash(run_dir)
+    if "client" in session and exp_name in session.setdefault("experiments", {}):
+        session["exp_id"] = session["experiments"][exp_name]
+        return session["client"], session["exp_id"]
     mlflow.set_tracking_uri(uri)
     try:
-        client = with_retry(lambda: _ready_client(MlflowClient()))
+        client = session.get("client") or with_retry(lambda: _ready_client(MlflowClient()))
     except Exception as e:
         if _sqlite_path(uri) is not None and any(w in str(e).lower() for w in ("not a database", "malformed")):
             raise _damaged(_sqlite_path(uri), (str(e).strip().splitlines() or ["?"])[0][:200]) from None
@@ -589,7 +606,18 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.note.content", experiment_description(p, experiment)))
     with_retry(lambda: client.set_experiment_tag(exp_id, "mlflow.experimentKind", EXPERIMENT_KIND))  # earlier stores too
     with_retry(lambda: client.set_experiment_tag(exp_id, f"mlflow.sharedViewState.{VIEW_KEY}", json.dumps(VIEW_STATE)))
+    session["client"] = client
+    session.setdefault("experiments", {})[exp_name] = exp_id
+    session["exp_id"] = exp_id
+    return client, exp_id
 
+
+def _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info, history, metrics, digest,
+               partition_figure, selected, record) -> str:
+    from mlflow.entities import Metric, Param
+
+
+    cfg = info["config"]  # what actually produced these numbers
     start, end, stamps, how = run_times(run_dir, info, history)
     code = code_tags(info)
     chosen = read_selected(selected)["point"] if selected else None
@@ -657,20 +685,26 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
             record.append({"run_id": ids[variant], "point": point, "seed": seed, "experiment_id": exp_id,
                            "key": key, "content_hash": digest})
 
-    if chosen is not None:  # a new selection re-tags earlier imports of the other points (no stale selected=true)
-        found = {}
-        for field in ("base_method", "method"):  # "method": imports from before base_method existed
-            query = f"tags.{field} = '{method}' and tags.scale = '{p['scale']}'"
-            found |= {r.info.run_id: r for r in with_retry(lambda: client.search_runs([exp_id], query))}
-        for other in found.values():
-            flag = str(other.data.tags.get("point") == chosen).lower()
-            if other.data.tags.get("selected") != flag:
-                try:
-                    with_retry(lambda: client.set_tag(other.info.run_id, "selected", flag))
-                except Exception:
-                    if _active(client, other.info.run_id):   # (else replaced meanwhile by another importer)
-                        raise
     return ids[""]
+
+
+def _retag_selected(session: dict, p: dict, method: str, chosen: str) -> None:
+    """A new selection re-tags earlier imports of the other points (no stale selected=true)."""
+    if "client" not in session:
+        return
+    client, exp_id = session["client"], session["exp_id"]
+    found = {}
+    for field in ("base_method", "method"):  # "method": imports from before base_method existed
+        query = f"tags.{field} = '{method}' and tags.scale = '{p['scale']}'"
+        found |= {r.info.run_id: r for r in with_retry(lambda: client.search_runs([exp_id], query))}
+    for other in found.values():
+        flag = str(other.data.tags.get("point") == chosen).lower()
+        if other.data.tags.get("selected") != flag:
+            try:
+                with_retry(lambda: client.set_tag(other.info.run_id, "selected", flag))
+            except Exception:
+                if _active(client, other.info.run_id):   # (else replaced meanwhile by another importer)
+                    raise
 
 
 def _variant_kinds(method: str) -> dict[str, str]:
@@ -688,3 +722,127 @@ def _run_note(experiment, evaluated, point, seed, info, code, how) -> str:
         f"{info.get('torch', '?')}" + (f"; {wall:.0f} s of training rounds" if _finite(wall) else "") + ".",
         f"Times: {how}.",
         "Accuracy in %, NLL in nats, ECE / Brier / AUROC as fractions (the artifacts keep accuracy as a fraction)."])
+
+
+# --- every run of a set of (experiment, method) pairs (a table's) in one process -----------------------
+
+def imported_runs(p: dict, experiment: str, method: str, point: str) -> list[tuple[str, int]]:
+    """(point, seed) of every run of (experiment, method) that is imported: each swept point on the
+    selection's seeds, the selected ``point`` on every seed."""
+    runs = {(point, s) for s in seeds(p, experiment, method)}
+    runs |= {(pt, s) for pt in swept_points(p, experiment, method) for s in selection_seeds(p, experiment, method)}
+    return sorted(runs, key=lambda r: (r[1], r[0]))
+
+
+def _held(uri: str, keys: list[str]) -> dict[str, tuple[str, str, str, str]]:
+    """run key → (run id, experiment id, content hash, selected tag) of the FINISHED, active runs of ``keys``
+    in a SQLite store ({} for other stores: everything is imported)."""
+    import sqlite3
+
+    db = _sqlite_path(uri)
+    if db is None or not db.exists() or not keys:
+        return {}
+    held = {}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            held |= {k: (rid, str(eid), h, sel or "") for rid, eid, k, h, sel in con.execute(
+                "SELECT r.run_uuid, r.experiment_id, k.value, h.value, s.value FROM runs r "
+                "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'run_key' "
+                "JOIN tags h ON h.run_uuid = r.run_uuid AND h.key = 'content_hash' "
+                "LEFT JOIN tags s ON s.run_uuid = r.run_uuid AND s.key = 'selected' "
+                "WHERE r.lifecycle_stage = 'active' AND r.status = 'FINISHED' "
+                f"AND k.value IN ({','.join('?' * len(chunk))})", chunk)}
+    except sqlite3.Error:
+        return {}
+    finally:
+        con.close()
+    return held
+
+
+def import_pairs(p: dict, pairs: dict[str, list[str]], figure: str, marker: str, log=print) -> dict:
+    """Import every run of (experiment, method) for each of ``pairs`` ({experiment: [methods]}, a table's;
+    ``imported_runs``) in this one process, and write one marker for them all (``write_marker``). A run
+    whose every MLflow run (the method's own, each variant's) the store already holds FINISHED with the
+    same content and selected tag is not imported again; the MLflow client is loaded only where one is
+    not. ``figure``: the partition figure of a run, with ``{experiment}`` and ``{seed}``. Returns counts."""
+    uri = tracking_uri(p)
+    check_reachable(uri)
+    check_store(uri)
+    plan = {}
+    for experiment, methods in pairs.items():
+        for method in methods:
+            selected = selected_file(paths(p), experiment, method)
+            chosen = read_selected(selected)["point"]
+            runs = []
+            for point, seed in imported_runs(p, experiment, method, chosen):
+                d = run_dir(paths(p), experiment, method, point, seed)
+                info = read_run_info(d)
+                variants = sorted(v for v in read_metrics(d, info).get("variants", {}) if v)
+                keys = [f"{p['scale']}/{experiment}/{m}/{point}/seed{seed}" for m in
+                        [method, *(f"{method}@{v}" for v in variants)]]
+                runs.append((point, seed, d, figure.format(experiment=experiment, seed=seed), keys, content_hash(d),
+                             str(chosen == point).lower()))
+            plan[experiment, method] = (selected, chosen, runs)
+    counts = {"runs": 0, "imported": 0}
+    record = []
+    with store_lock(uri):
+        held = _held(uri, [k for _, _, runs in plan.values() for r in runs for k in r[4]])
+        session = {}
+        for (experiment, method), (selected, chosen, runs) in plan.items():
+            fresh = 0
+            for point, seed, d, fig, keys, digest, flag in runs:
+                have = [held.get(k) for k in keys]
+                if all(h and h[2] == digest and h[3] == flag for h in have):
+                    record += [{"run_id": h[0], "point": point, "seed": seed, "experiment_id": h[1], "key": k,
+                                "content_hash": digest} for k, h in zip(keys, have)]
+                    continue
+                _log_run(p, experiment, method, point, seed, d, fig, str(selected), record, session)
+                fresh += 1
+            if fresh:
+                _session(session, p, experiment)   # the experiment whose runs are re-tagged
+                _retag_selected(session, p, method, chosen)
+            counts["runs"] += len(runs)
+            counts["imported"] += fresh
+            log(f"{experiment}/{method}: {fresh} of {len(runs)} runs imported"
+                + (f", {len(runs) - fresh} already in the store as they are" if fresh < len(runs) else ""))
+        write_marker(marker, uri, record)
+    return counts
+
+
+def marker_runs(marker: str | Path, scale: str, experiment: str, method: str) -> int:
+    """How many MLflow runs of (experiment, method) an import marker (``write_marker``) records: the
+    method's own and each prediction variant's; 0 without a marker."""
+    marker = Path(marker)
+    if not marker.exists():
+        return 0
+    keys = [line.split()[4] for line in marker.read_text().splitlines()[1:] if len(line.split()) == 6]
+    return sum(1 for k in keys if k.split("/")[:2] == [scale, experiment] and k.split("/")[2].split("@")[0] == method)
+
+
+def main(argv=None) -> None:
+    """``python -m fedbayes.tracking``: the workflow's MLflow import of a table's runs (``import_pairs``)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m fedbayes.tracking", description=import_pairs.__doc__.split(".")[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--name", required=True, help="what the pairs are (a table's name), for the summary line")
+    ap.add_argument("--pairs", required=True, help='the (experiment, method) pairs, JSON: {"experiment": [methods]}')
+    ap.add_argument("--figure", required=True, help="a run's partition figure: a path with {experiment} and {seed}")
+    ap.add_argument("--marker", required=True, help="the import marker written")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        p = load_params(args.params)
+        n = import_pairs(p, json.loads(args.pairs), args.figure, args.marker, log=lambda line: print(line, flush=True))
+    except (TrackingUnavailable, ConfigError, DamagedFile) as e:  # one line naming the URI, store or file
+        print(f"fedbayes track: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"MLflow: {n['imported']} of {n['runs']} runs of {args.name} imported into {tracking_uri(p)} "
+          f"in {time.monotonic() - t0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

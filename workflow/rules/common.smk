@@ -89,6 +89,14 @@ def experiment(name):
     return experiment_config(config, name)
 
 
+def table_pairs(spec):
+    """A table's (experiment, method) pairs with runs, as {experiment: [methods]}: its comparable
+    experiments (a not_comparable one carries published numbers only), each with the table's methods it
+    runs (a prediction variant ``<method>@<variant>`` → its method)."""
+    return {e: [m for m in dict.fromkeys(split_variant(m)[0] for m in spec["methods"]) if m in experiment(e)["methods"]]
+            for e in comparable_experiments(spec)}
+
+
 def experiment_datasets(name):
     e = experiment(name)
     return [d for d in (e["dataset"], e.get("ood")) if d]

@@ -68,8 +68,10 @@ rule sweep_report:
     output:
         report(f"{REPORTS}/sweeps/{{experiment}}.csv", caption="../report/sweep.rst", category="Sweeps (selection)",
                subcategory="{experiment}", labels={"file": "{experiment}.csv"}),
+    log:
+        f"{WORK}/logs/sweep_report/{{experiment}}.log",
     shell:
-        cli("sweep-report") + " --experiment {wildcards.experiment} --out {output:q}"
+        cli("sweep-report") + " --experiment {wildcards.experiment} --out {output:q} > {log:q} 2>&1"
 
 
 def sweeps_beside(table, spec):
@@ -91,5 +93,7 @@ if SWEEP_FOLDERS:
                    labels={"file": "{folder}/sweep_{experiment}.csv"}),
         wildcard_constraints:
             folder="|".join(re.escape(f) for f in SWEEP_FOLDERS),
+        log:
+            f"{WORK}/logs/sweep_report/{{folder}}/{{experiment}}.log",
         shell:
-            cli("sweep-report") + " --experiment {wildcards.experiment} --out {output:q}"
+            cli("sweep-report") + " --experiment {wildcards.experiment} --out {output:q} > {log:q} 2>&1"

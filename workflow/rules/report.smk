@@ -33,21 +33,17 @@ def in_report(path, name, caption, subcategory=None):
 
 
 def missing_marker(experiment, method, files):
-    """A run file or selection deleted behind an existing table (or a selection not made yet), or the
-    MLflow runs of its import gone from the store: Snakemake 9 does not rerun an existing table for an
-    input that is missing, nor look behind one whose inputs hang on a checkpoint (the sweep selection), and
-    would say "Nothing to be done". A marker naming what is missing (new mtime) becomes an input, so the
-    table reruns and the jobs that write the missing files (or redo the import) run."""
-    from fedbayes.tracking import marker_problems, tracking_uri
-
+    """A run file or selection deleted behind an existing table (or a selection not made yet): Snakemake 9
+    does not rerun an existing table for an input that is missing, nor look behind one whose inputs hang
+    on a checkpoint (the sweep selection), and would say "Nothing to be done". A marker naming what is
+    missing (new mtime) becomes an input, so the table reruns and the jobs that write the missing files run."""
     missing = [f for f in files if not Path(f).exists()]
-    missing += marker_problems(f"{WORK}/mlflow/{experiment}/{method}.runs", tracking_uri(config))  # store lost
     return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", missing)
 
 
 def selected_runs(experiment, method, table_csv):
-    """Input function: the runs of the selected point (all seeds) and the (experiment, method)'s MLflow
-    import marker.
+    """Input function: the runs of the selected point (all seeds). (The MLflow import is not on a table's
+    path: the table reads the run files; `snakemake mlflow` imports, workflow/rules/track.smk.)
 
     A pair not selected yet (a method or experiment new to the table, or its selected.json deleted) asks
     for its selected.json as a plain input, not through the checkpoint, with a marker naming it: Snakemake
@@ -70,8 +66,7 @@ def selected_runs(experiment, method, table_csv):
             return [selected] + missing_marker(experiment, method, [selected])
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
-        files = ([f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
-                 + [f"{WORK}/mlflow/{experiment}/{method}.runs"])
+        files = [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
         return files + missing_marker(experiment, method, files + [f"{r}/run.json" for r in runs])
 
     return inputs
@@ -93,12 +88,10 @@ def sweep_reports(table, spec, experiments):
 TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rule reads the same runs)
 
 for _table, _spec in config["tables"].items():
-    # a table's not_comparable experiments (no faithful substitute here) carry published numbers only
-    _exps = comparable_experiments(_spec)
     # the (experiment, method) pairs with runs: a param, so adding a method to an experiment rebuilds
     # the table (the profile's rerun-triggers leave out "input")
-    _pairs = {e: [m for m in dict.fromkeys(split_variant(m)[0] for m in _spec["methods"])
-                  if m in experiment(e)["methods"]] for e in _exps}
+    _pairs = table_pairs(_spec)
+    _exps = list(_pairs)
     TABLE_PAIRS[_table] = _pairs
 
     rule:
@@ -120,8 +113,10 @@ for _table, _spec in config["tables"].items():
             runs=json.dumps(_pairs, sort_keys=True),
             code=code_hash(code("reports", "papers", "published.py", "runpaths.py")),
             name=_table,
-        shell:
-            cli("table") + " {params.name:q} --out {output.csv:q}"
+        log:
+            f"{WORK}/logs/table/{_table}.log",
+        shell:  # its one-line summary on the terminal too
+            cli("table") + " {params.name:q} --out {output.csv:q} 2>&1 | tee {log:q}"
 
 
 for _toy in config.get("toys", {}):
@@ -140,8 +135,10 @@ for _toy in config.get("toys", {}):
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
             code=code_hash(code("toys", "reports/toys.py", "papers", "published.py")),
             name=_toy,
+        log:
+            f"{WORK}/logs/toy/{_toy}.log",
         shell:
-            cli("toy") + " {params.name:q} --out {output.csv:q}"
+            cli("toy") + " {params.name:q} --out {output.csv:q} 2>&1 | tee {log:q}"
 
 
 # The reproduction scorecard: every table's published cells counted by verdict, the causes of the cells
@@ -161,8 +158,10 @@ rule scorecard:
     params:
         spec=json.dumps(_SC, sort_keys=True),
         code=code_hash(code("reports/scorecard.py", "papers", "published.py")),
+    log:
+        f"{WORK}/logs/scorecard.log",
     shell:
-        cli("scorecard") + " --out {output:q}"
+        cli("scorecard") + " --out {output:q} 2>&1 | tee {log:q}"
 
 # DVC's view of the headline table (params.yaml `headline`; dvc.yaml `metrics:` and `plots:`): a flat
 # JSON of our last-round numbers per experiment × method (<reports>/metrics/<experiment>/<method>.json:
@@ -184,12 +183,14 @@ if HEADLINE:
         params:
             spec=json.dumps(HEADLINE, sort_keys=True),
             code=code_hash(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py")),
+        log:
+            f"{WORK}/logs/headline.log",
         shell:
-            cli("headline") + " {input.table:q} --out {output.metrics:q}"
+            cli("headline") + " {input.table:q} --out {output.metrics:q} 2>&1 | tee {log:q}"
 
 
 # The rehearsal's summary (scale rehearsal): every experiment × method with what ran on stand-in data, after
-# every table (whose inputs are the runs, their metrics and MLflow imports) is built and every experiment ×
+# every table (whose inputs are the runs and their metrics) is built and every experiment ×
 # method is imported into MLflow, those in no table too (fmnist-labeldir0.01-k20, left out of the FOLA
 # tables for its cost; the -r20 grid search another experiment selects on): the rehearsal runs them all.
 if stand_in_size(config):
@@ -197,11 +198,13 @@ if stand_in_size(config):
     rule rehearsal_summary:
         input:
             tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
-            tracked=[f"{WORK}/mlflow/{e}/{m}.runs" for e in config["experiments"] for m in experiment(e)["methods"]],
+            tracked=import_marker(REHEARSAL_IMPORT),
             code=fixed(code("reports/rehearsal.py")),
         output:
             f"{REPORTS}/summary.md",
         params:
             code=code_hash(code("reports/rehearsal.py")),
+        log:
+            f"{WORK}/logs/rehearsal_summary.log",
         shell:
-            cli("rehearsal-summary") + " --out {output:q}"
+            cli("rehearsal-summary") + " --out {output:q} 2>&1 | tee {log:q}"

@@ -20,10 +20,11 @@ def numerics_key(wc):
     return json.dumps({**numerics(wc.method), **({"defaults": changed} if changed else {})}, sort_keys=True)
 
 
-_NUMERICS_CHECKED = {}
+_NUMERICS_CHECKED = set()   # (method, code path tag) checked in this process
+_NUMERICS_BATCHED = set()   # methods whose committed goldens this process checked
 
 
-def numerics_checked(method, hparams):
+def numerics_checked(method, hparams, experiment_name):
     """The numerics rule, enforced here (fedbayes.engine.replay.numerics_check): the first time a DAG
     meets a finished run of ``method`` while the code (fedbayes' sources, a plug-in's package, the
     numerics versions) differs from the code of the method's last check (work/numerics/<method>.json),
@@ -32,23 +33,43 @@ def numerics_checked(method, hparams):
     same numbers adopt the code silently; others stop the DAG before any job, one line naming the method
     and the first differing value. A run taking a path no golden covers gets a baseline on its first
     check. Unchanged code costs a source hash, nothing else; each method and path is checked once a
-    process."""
-    from fedbayes.engine.replay import check_due, run_tag
+    process, and the due methods of ``experiment_name`` that have a committed golden are checked in the
+    same process (torch imported once)."""
+    from fedbayes.engine.replay import check_due, golden_name, run_tag
 
-    if (method, run_tag(method, hparams)) in _NUMERICS_CHECKED:
+    key = (method, run_tag(method, hparams))
+    if key in _NUMERICS_CHECKED:
         return
-    record = f"{WORK}/numerics/{method}.json"
-    if check_due(method, record, hparams):
+    goldens = Path(workflow.basedir, "tests/golden/numerics")
+    if check_due(method, f"{WORK}/numerics/{method}.json", hparams):
         import subprocess
 
-        r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "numerics-check", method, "--record", record,
-                            "--goldens", str(Path(workflow.basedir, "tests/golden/numerics")),
-                            "--hparams", json.dumps(hparams)], capture_output=True, text=True)
+        # the due methods of this run's experiment that have a committed golden are checked with it, in the
+        # one process (torch is imported once, not once per method)
+        batch = [method] + [m for m in experiment(experiment_name)["methods"]
+                            if m != method and m not in _NUMERICS_BATCHED and (goldens / golden_name(m)).exists()
+                            and check_due(m, f"{WORK}/numerics/{m}.json")]
+        r = subprocess.run([sys.executable, "-c", NUMERICS_CHECK, str(goldens), WORK, json.dumps(hparams), *batch],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             lines = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()
             line = next((l for l in lines if l.startswith("fedbayes numerics-check: ")), lines[-1])
             raise WorkflowError(line)
-    _NUMERICS_CHECKED[(method, run_tag(method, hparams))] = True
+        _NUMERICS_BATCHED.update(batch)
+    _NUMERICS_CHECKED.add(key)
+
+
+# `fedbayes numerics-check` for several methods in one process: argv goldens, work, the first method's
+# run hparams (for a method without a committed golden), methods
+NUMERICS_CHECK = """
+import json, sys
+from fedbayes.engine.replay import numerics_check
+goldens, work, hparams, *methods = sys.argv[1:]
+for i, m in enumerate(methods):
+    problem = numerics_check(m, goldens, f"{work}/numerics/{m}.json", json.loads(hparams) if i == 0 else None)
+    if problem:
+        sys.exit(f"fedbayes numerics-check: {problem}")
+"""
 
 
 def changed_config(wc):
@@ -75,7 +96,7 @@ def changed_config(wc):
     if not changed:
         info = json.loads((d / "run.json").read_text())
         cfg = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)
-        numerics_checked(wc.method, cfg["hparams"])
+        numerics_checked(wc.method, cfg["hparams"], wc.experiment)
         changed = config_changes(info["config"], cfg)
         changed += [f"default of {wc.method}'s {k} {then!r} -> {now!r}"
                     for k, (then, now) in default_changes(wc.method, cfg["hparams"], info.get("defaults")).items()]

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.eval.registry import PERCENT
 from fedbayes.reports.cells import experiment_status
-from fedbayes.reports.selection import selected_point
 from fedbayes.runpaths import run_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas (and the selection, which reads it) imported by the functions that use them: the workflow reads
+# plot_files when it plans every DAG.
 
 
 def slug(metric: str) -> str:
@@ -76,6 +80,10 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
     selected runs, every seed), the mean over seeds of ``metric``.
     In the DAG the runs exist (the table read them); run by hand, a method with a run absent (a rerun in
     progress) gets no column and its name is added to ``absent``."""
+    import pandas as pd
+
+    from fedbayes.reports.selection import selected_point
+
     spec = p["tables"][p["headline"]["table"]]
     cols = {}
     if experiment_status(p, exp) == "ok":
@@ -105,6 +113,8 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
 def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list[str] | None = None) -> list[Path]:
     """Write the metrics JSONs under ``out`` (a directory, emptied of earlier JSONs first) and the curve
     CSVs; returns the files written (``absent``: as in ``curves``)."""
+    import pandas as pd
+
     table = pd.read_csv(table_csv)
     out = Path(out)
     for old in out.glob("*/*.json") if out.is_dir() else []:

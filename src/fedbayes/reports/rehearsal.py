@@ -14,6 +14,7 @@ from fedbayes.catalog import split_variant
 from fedbayes.config import (comparable_experiments, experiment_config, paths, seeds, stand_in_size,
                              swept_points, sweep_points, selection_seeds)
 from fedbayes.fileio import write_text_atomic
+from fedbayes.tracking import REHEARSAL_IMPORT, marker_runs
 
 
 def _runs(p: dict, exp: str, method: str) -> list[tuple[str, int]]:
@@ -52,8 +53,7 @@ def pair_summary(p: dict, exp: str, method: str) -> dict:
         rounds.add(len(lines) - 2)   # a header and round 0 (the initial model)
         variants |= {""} | set(metrics.get("variants", {}))
         train_s += float(info.get("wall_s") or 0.0)
-    marker = work / "mlflow" / exp / f"{method}.runs"
-    tracked = len(marker.read_text().split("\n")) - 1 if marker.exists() else 0
+    tracked = marker_runs(work / "mlflow" / f"{REHEARSAL_IMPORT}.runs", p["scale"], exp, method)
     return {"experiment": exp, "method": method, "dataset": e["dataset"], "ood": e.get("ood") or "",
             "model": e["model"]["name"], "clients": e["clients"], "runs": f"{trained}/{len(want)}",
             "rounds": ",".join(str(r) for r in sorted(rounds)) or "-",
