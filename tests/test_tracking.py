@@ -56,7 +56,8 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
     assert run.data.params["hparams.local_epochs"] == "1" and run.data.params["seed"] == "3"
     hist = client.get_metric_history(second, "test/acc")
     assert sorted(m.step for m in hist) == [0, 1, 2, 3, 4]
-    assert "final/test/acc" in run.data.metrics
+    # a final value is its series' last round: no one-point final/… duplicate (a one-dot chart on the run page)
+    assert "test/acc" in run.data.metrics and not [k for k in run.data.metrics if k.startswith("final/")]
     arts = {a.path for a in client.list_artifacts(second)}
     assert {"history.csv", "metrics.json", "run.json"} <= arts
 
@@ -118,8 +119,8 @@ def test_provenance_and_times_are_the_training_runs(store, finished_run):
     assert [s for s, _ in series] == list(hist["round"])
     assert [v for _, v in series] == pytest.approx(list(100 * hist["test/acc"]))
     final = json.loads((finished_run / "metrics.json").read_text())["final"]
-    assert run.data.metrics["final/test/acc"] == pytest.approx(100 * final["test/acc"])
-    assert run.data.metrics["final/test/nll"] == pytest.approx(final["test/nll"])  # other units unchanged
+    assert run.data.metrics["test/acc"] == pytest.approx(100 * final["test/acc"])   # the latest value: the final one
+    assert run.data.metrics["test/nll"] == pytest.approx(final["test/nll"])  # other units unchanged
     assert tags["method"] == "fedavg" and tags["base_method"] == "fedavg" and tags["variant"] == "none"
     exp = client.get_experiment_by_name("fmnist10-iid-k10")
     note = exp.tags["mlflow.note.content"]
@@ -184,7 +185,7 @@ def test_prediction_variants_are_runs_that_filters_find(store, finished_run):
     v = found[0]
     assert v.data.tags["base_method"] == "fedavg" and v.data.tags["variant"] == "mean"
     assert v.info.status == "FINISHED" and v.info.run_name == "fedavg@mean s0 local_epochs=5"
-    assert v.data.metrics["final/test/acc"] == pytest.approx(50 * m["final"]["test/acc"])
+    assert v.data.metrics["test/acc"] == pytest.approx(50 * m["final"]["test/acc"])
     series = sorted((s.step, s.value) for s in client.get_metric_history(v.info.run_id, "test/acc"))
     assert [s for s, _ in series] == list(hist["round"])
     assert [x for _, x in series] == pytest.approx(list(100 * hist["mean/test/acc"]))
@@ -441,3 +442,19 @@ def test_import_pairs_imports_each_run_once_and_again_only_what_changed(tmp_path
     exp_id = client.get_experiment_by_name(exp).experiment_id
     tags = {r.data.tags["point"]: r.data.tags["selected"] for r in client.search_runs([exp_id])}
     assert tags == {first: "false", other: "true"}
+
+
+def test_a_final_value_without_a_series_is_still_logged(store, finished_run):
+    """A metric metrics.json holds at the final round but history.csv has no column for is logged as
+    ``final/<metric>``: dropping the duplicates loses no value."""
+    from fedbayes.tracking import log_run
+
+    p, uri, client = store
+    m = json.loads((finished_run / "metrics.json").read_text())
+    m["final"]["test/extra"] = 0.25
+    (finished_run / "metrics.json").write_text(json.dumps(m))
+    log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
+    exp = client.get_experiment_by_name("fmnist10-iid-k10")
+    run = client.search_runs([exp.experiment_id], "tags.method = 'fedavg'")[0]
+    assert run.data.metrics["final/test/extra"] == pytest.approx(0.25)
+    assert "final/test/acc" not in run.data.metrics

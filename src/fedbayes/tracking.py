@@ -82,10 +82,11 @@ EXPERIMENT_KIND = "custom_model_development"
 # until switched): ``#/experiments/<id>/runs?workflowType=machine_learning`` opens the runs table, and
 # ``&viewStateShareKey=fedbayes`` with the columns below (a shared view: experiment tag
 # ``mlflow.sharedViewState.<key>``, JSON of the runs table's state): the sweep point, whether it is the
-# selected one, and the final accuracy, NLL and ECE (the default columns show no param or metric).
+# selected one, and the final accuracy, NLL and ECE (a series' latest value: its last round, the value
+# metrics.json holds; the default columns show no param or metric).
 VIEW_KEY = "fedbayes"
-VIEW_STATE = {"selectedColumns": ["tags.`point`", "tags.`selected`", "metrics.`final/test/acc`",
-                                  "metrics.`final/test/nll`", "metrics.`final/test/ece`", "attributes.`Duration`"],
+VIEW_STATE = {"selectedColumns": ["tags.`point`", "tags.`selected`", "metrics.`test/acc`",
+                                  "metrics.`test/nll`", "metrics.`test/ece`", "attributes.`Duration`"],
               "runsHiddenMode": "SHOW_ALL"}
 
 # A tracking server that does not answer fails in seconds, not after MLflow's default 7 retries with
@@ -466,7 +467,10 @@ def experiment_description(p: dict, experiment: str) -> str:
               "run.json) after training; each prediction variant is a run of its own (tag method = "
               "'bayesadmm@mean', base_method, variant). Tag selected = true marks the selected sweep point.",
               "",
-              "Units: accuracy (test/acc, final/test/acc, local/acc) in %, as in the tables; NLL in nats; ECE, "
+              "A metric's latest value is its last round's, the run's final value (metrics.json's 'final'); a final value "
+              "with no per-round series is logged as final/<metric>.",
+              "",
+              "Units: accuracy (test/acc, local/acc) in %, as in the tables; NLL in nats; ECE, "
               "MCE, Brier and OOD AUROC as fractions. The history.csv and metrics.json artifacts keep accuracy "
               "as a fraction.",
               "",
@@ -658,13 +662,14 @@ def _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info
             finals = metrics["variants"][variant].get("final", {})
             batch = [m for c, n in cols for m in series(c, n)]
             batch += [Metric(f"final/{k}", unit_scale(k) * float(v), end, metrics["final_round"])
-                      for k, v in finals.items() if _finite(v)]
+                      for k, v in finals.items() if _finite(v) and f"{variant}/{k}" not in history.columns]
         else:  # the method's own prediction (every column, variants' included, as before)
             batch = [m for c in history.columns if c not in NON_METRICS for m in series(c, c)]
             batch += [Metric(f"final/{k}", unit_scale(k) * float(v), end, metrics["final_round"])
-                      for k, v in metrics["final"].items() if _finite(v)]
+                      for k, v in metrics["final"].items() if _finite(v) and k not in history.columns]
             batch += [Metric(f"final/{vn}/{k}", unit_scale(k) * float(v), end, metrics["final_round"])
-                      for vn, var in metrics.get("variants", {}).items() for k, v in var["final"].items() if _finite(v)]
+                      for vn, var in metrics.get("variants", {}).items() for k, v in var["final"].items()
+                      if _finite(v) and f"{vn}/{k}" not in history.columns]
         tags = {**base, "run_key": key, "method": evaluated, "variant": variant or "none",
                 "prediction": catalog.get(variant, "unknown"),
                 "mlflow.note.content": _run_note(experiment, evaluated, point, seed, info, code, how)}
