@@ -64,8 +64,10 @@ def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None,
     if edit is not None:
         edit(p)
     (dst / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-    if edit is not None:  # dvc.yaml's params lists follow the edited tables, as `make dvc.yaml` writes them
-        subprocess.run([sys.executable, "workflow/dvc_stages.py"], cwd=dst, check=True, capture_output=True)
+    if edit is not None:  # dvc.yaml's params lists follow the edited tables, as `make dvc.yaml` writes them;
+        # params a test makes invalid on purpose (or that name a plug-in only the test's commands see) leave
+        # dvc.yaml as it is: the command under test then reports them itself
+        subprocess.run([sys.executable, "workflow/dvc_stages.py"], cwd=dst, check=False, capture_output=True)
     return dst
 
 

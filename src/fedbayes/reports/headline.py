@@ -49,9 +49,14 @@ def plot_files(p: dict) -> list[Path]:
             for m in h["curves"]]
 
 
+def _missing(x) -> bool:
+    """A cell value that is absent (None or NaN), without importing pandas at planning time."""
+    return x is None or (isinstance(x, float) and x != x)
+
+
 def verdict(cell) -> str:
     """A table cell against its published value: ``reproduces``, ``outside`` or ``not compared``."""
-    if pd.isna(cell.published_mean) or pd.isna(cell.within_tol):
+    if _missing(cell.published_mean) or _missing(cell.within_tol):
         return "not compared"
     return "reproduces" if bool(cell.within_tol) else "outside"
 
@@ -68,7 +73,7 @@ def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict
             vals = {}
             for c in cells.itertuples(index=False):
                 vals[c.metric] = {"ours": float(c.ours_mean)}
-                if pd.notna(c.published_mean):
+                if not _missing(c.published_mean):
                     vals[c.metric]["published"] = float(c.published_mean)
                 vals[c.metric]["verdict"] = verdict(c)
             out[(exp, method)] = {m: vals[m] for m in h["metrics"] if m in vals}
