@@ -121,14 +121,25 @@ def diag_ggn_vjp(fm, w: torch.Tensor, x: torch.Tensor, chunk: int | None = None)
 PRIOR_LOSSES = ("paper", "released")
 
 
+def prior_has_gradient(mode: str) -> bool:
+    """Has the prior term of ``prior_loss`` mode ``mode`` a gradient? ``released`` (spec D3) has none; a
+    mode that is not one of ``PRIOR_LOSSES`` is refused."""
+    if mode not in PRIOR_LOSSES:
+        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
+    return mode != "released"
+
+
+def _prior_factor(precision: torch.Tensor, lam: float) -> torch.Tensor:
+    """2·((λ/2)·precision): the prior gradient's factor, rounded as autograd rounds ((λ/2)·precision)·(2 d)."""
+    return (precision * (0.5 * lam)).mul_(2.0)
+
+
 def prior_loss(w: torch.Tensor, mu: torch.Tensor, precision: torch.Tensor, lam: float,
                mode: str = "paper") -> torch.Tensor:
     """λ · L_Prior = (λ/2) Σ_j precision_j (w_j − μ_j)² (Eq. 15–16); gradient λ · precision ∘ (w − μ).
 
     ``released``: the same value computed from ``w.detach()``, so it has no gradient (spec D3)."""
-    if mode not in PRIOR_LOSSES:
-        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
-    if mode == "released":
+    if not prior_has_gradient(mode):
         w = w.detach()
     return 0.5 * lam * (precision * (w - mu).square()).sum()
 
@@ -148,11 +159,9 @@ def prior_grad_fn(mu: torch.Tensor, precision: torch.Tensor, lam: float,
     (overwritten by the next call). Its factor is computed once: ((λ/2)·precision)·(2 d) and
     (2·((λ/2)·precision))·d round alike, doubling being exact, so each step is one pass over the
     parameters (d = (w − μ)·factor, ``kernels.scaled_difference_``) where it was four and two allocations."""
-    if mode not in PRIOR_LOSSES:
-        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
-    if mode == "released":
+    if not prior_has_gradient(mode):
         return lambda w: None
-    factor = (precision * (0.5 * lam)).mul_(2.0)
+    factor = _prior_factor(precision, lam)
     d = torch.empty_like(mu)
 
     def gradient(w: torch.Tensor) -> torch.Tensor:
@@ -165,11 +174,9 @@ def stacked_prior_grad_fn(mu: torch.Tensor, precision: torch.Tensor, lam: float,
                           mode: str = "paper") -> Callable[[torch.Tensor], torch.Tensor] | None:
     """``prior_grad_fn`` on the stacked weights W (C, P) of clients trained together (one μ and precision
     for all): (W − μ)·factor, rounded as ``prior_grad_fn`` rounds a row. ``released``: None."""
-    if mode not in PRIOR_LOSSES:
-        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
-    if mode == "released":
+    if not prior_has_gradient(mode):
         return None
-    factor = (precision * (0.5 * lam)).mul_(2.0)
+    factor = _prior_factor(precision, lam)
     return lambda W: torch.sub(W, mu).mul_(factor)
 
 

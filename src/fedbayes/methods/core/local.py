@@ -199,14 +199,11 @@ class StackedPlan:
         self.rows = torch.from_numpy(rows).to(device)
         self.mask = torch.from_numpy(mask).to(device=device, dtype=dtype)
 
-        def loss_one(w, xb, yb, mb):
-            return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum()
-
-        def loss_static(w, xb, yb, mb):   # a finished client's all-zero mask: loss 0, gradient 0 (not 0/0)
+        def loss_one(w, xb, yb, mb):   # a live client's mask sums to ≥ 1 (the clamp changes nothing); a
+            # finished client's all-zero mask (the recordable step's) gives loss 0 and gradient 0, not 0/0
             return (loss_fn(fm(w, xb), yb, reduction="none") * mb).sum() / mb.sum().clamp(min=1.0)
 
         self._grad_and_loss = torch.func.vmap(torch.func.grad_and_value(loss_one))
-        self._grad_and_loss_static = torch.func.vmap(torch.func.grad_and_value(loss_static))
         self.steps_t = torch.tensor(self.steps, device=device)
         self._fm, self._loss_fn = fm, loss_fn
         self.total = torch.zeros(C, dtype=torch.float64, device=device)
@@ -277,10 +274,9 @@ class StackedPlan:
 
     def gradient_static(self, W: torch.Tensor, s_t: torch.Tensor) -> torch.Tensor:
         """``gradient`` at the device step counter ``s_t`` for every client (a recordable step,
-        ``graphs``): a client past its last step has an all-zero mask, so a zero gradient and loss; a
-        live one's mask sums to at least 1, where the clamp changes nothing."""
+        ``graphs``): a client past its last step has an all-zero mask, so a zero gradient and loss."""
         rows, mask = graphs.at(self.rows, s_t), graphs.at(self.mask, s_t)
-        g, loss = self._grad_and_loss_static(W, self.x[rows], self.y[rows], mask)
+        g, loss = self._grad_and_loss(W, self.x[rows], self.y[rows], mask)
         self.total += loss.detach().double()
         return g
 
@@ -456,28 +452,20 @@ class StackedFisher:
         self.sizes, self.bs, self.epochs = [int(n) for n in sizes], int(batch_size), int(epochs)
         self.per_epoch = [-(-n // self.bs) for n in self.sizes]
         self.fisher = torch.zeros(len(sizes), *like.shape, dtype=like.dtype, device=like.device)
-        self._coef = torch.zeros(len(sizes), 1, dtype=like.dtype, device=like.device)
+        # |b|/N_c of client c's step s (its epoch's b-th minibatch), 0 past its last step (where G's row is zero)
+        table = np.zeros((self.epochs * max(self.per_epoch, default=0), len(self.sizes)))
+        for c, (n, k) in enumerate(zip(self.sizes, self.per_epoch)):
+            for s in range(self.epochs * k):
+                table[s, c] = min(self.bs, n - (s % k) * self.bs) / n
+        self._table = torch.from_numpy(table).to(device=like.device, dtype=like.dtype)
 
     def __call__(self, G: torch.Tensor, s: int, active: list[int]) -> None:
-        coef = [0.0] * len(self.sizes)                      # a client past its last step: G's row is zero
-        for c in active:
-            n, b = self.sizes[c], s % self.per_epoch[c]
-            coef[c] = (min(self.bs, n - b * self.bs)) / n
-        self._coef.copy_(torch.tensor(coef, dtype=self._coef.dtype, device=self._coef.device)[:, None])
-        self.fisher.add_(torch.mul(G, G).mul_(self._coef))
+        self.fisher.add_(torch.mul(G, G).mul_(self._table[s][:, None]))
 
     def static(self, G: torch.Tensor, s_t: torch.Tensor) -> None:
-        """``__call__`` in a recordable step (``graphs``): the coefficients of step ``s_t`` from a device
-        table (zero past a client's last step, where G's row is zero too)."""
-        if not hasattr(self, "_table"):
-            S = self.epochs * max(self.per_epoch)
-            table = np.zeros((S, len(self.sizes)))
-            for c, (n, k) in enumerate(zip(self.sizes, self.per_epoch)):
-                for s in range(self.epochs * k):
-                    b = s % k
-                    table[s, c] = min(self.bs, n - b * self.bs) / n
-            self._table = torch.from_numpy(table).to(device=G.device, dtype=G.dtype)
+        """``__call__`` in a recordable step (``graphs``): the coefficients of step ``s_t`` read on the device."""
         self.fisher.add_(torch.mul(G, G).mul_(graphs.at(self._table, s_t)[:, None]))
+
 
 def _static_steps(plan: StackedPlan, W: torch.Tensor, extra_grad, clip, optimizer: str, lr: float, momentum: float,
                   *, capture: bool, adam: tuple | None, sgd: tuple | None, on_grad=None, after_step=None) -> None:

@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.methods.core.base import ClientData, Method, local_train_batched, weighted_mean
-from fedbayes.methods.core.curvature import (PRIOR_LOSSES, diag_ggn, evaluation_mode, per_example_grads, prior_loss,
-                                             stacked_prior_grad_fn)
+from fedbayes.methods.core.curvature import (diag_ggn, evaluation_mode, per_example_grads, prior_has_gradient,
+                                             prior_loss, stacked_prior_grad_fn)
 from fedbayes.methods.core.local import StackedFisher, StackedPlan, minibatches
 
 
@@ -91,9 +91,7 @@ def offline_fishers(fm, W: torch.Tensor, datas: list[ClientData], rngs, batch_si
 def others_penalty(w: torch.Tensor, U: torch.Tensor, V: torch.Tensor, lam: float, mode: str = "paper") -> torch.Tensor:
     """λ Σ_k (U_k w_k² − 2 V_k w_k) = λ Σ_{j≠n} Σ_k F_j,k (w_k − θ_j,k)² − const (gradient 2λ(U∘w − V)),
     for U = Σ_{j≠n} F_j and V = Σ_{j≠n} F_j∘θ_j. ``released``: from ``w.detach()``, no gradient."""
-    if mode not in PRIOR_LOSSES:
-        raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
-    if mode == "released":
+    if not prior_has_gradient(mode):
         w = w.detach()
     return lam * (U * w.square() - 2.0 * V * w).sum()
 
@@ -136,9 +134,7 @@ class FedCurv(Method):
         lam, mode = float(self.p.lambda_prior), self.p.prior_loss
         if self.anchor == "global":
             return stacked_prior_grad_fn(down["w"], down["omega"] / rnd, lam, mode)
-        if mode not in PRIOR_LOSSES:
-            raise ValueError(f"prior_loss must be one of {PRIOR_LOSSES}, got {mode!r}")
-        if mode == "released":
+        if not prior_has_gradient(mode):
             return None
         own = [int(st["round"]) == rnd - 1 for st in states]
         U = torch.stack([(down["U"] - st["F"]).clamp_min(0.0) if o else down["U"] for st, o in zip(states, own)])
