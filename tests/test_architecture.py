@@ -444,3 +444,35 @@ def test_methods_read_no_engine_option():
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Attribute) and node.attr in names and getattr(node.value, "attr", getattr(node.value, "id", "")) == "p"]
     assert not found, "\n".join(found)
+
+
+def rules_without_log(files: list[Path]) -> list[str]:
+    """The workflow's job rules (a ``rule`` or ``checkpoint`` with a ``shell:``) that declare no ``log:``,
+    read from the rule files' text (an anonymous rule by its ``name:``)."""
+    missing = []
+    for f in files:
+        blocks = re.split(r"^(?=[ \t]*(?:rule|checkpoint)\b[^:\n]*:)", f.read_text(), flags=re.M)
+        for block in blocks[1:]:
+            head = block.splitlines()[0].strip()
+            name = head.split()[1].rstrip(":") if len(head.split()) > 1 else ""
+            if not name and (m := re.search(r"name:\s*\n\s*(.+)", block)):
+                name = m.group(1).strip()
+            if re.search(r"^\s*shell:", block, re.M) and not re.search(r"^\s*log:", block, re.M):
+                missing.append(f"{f.name}: {name or head}")
+    return missing
+
+
+def test_every_job_rule_logs():
+    """Issue 34 item 6: every rule that runs a command writes its log under work/logs/ (evaluate and select
+    wrote none). The one exception is the rule that refuses a paper-scale path at smoke scale while the DAG is
+    planned: its command never runs."""
+    files = [REPO / "Snakefile", *sorted((REPO / "workflow/rules").glob("*.smk"))]
+    assert rules_without_log(files) == ["scale.smk: paper_output_at_smoke_scale"]
+
+
+def test_the_log_check_catches_a_rule_without_one(tmp_path):
+    f = tmp_path / "x.smk"
+    f.write_text("rule a:\n    output: 'a'\n    log: 'a.log'\n    shell: 'touch {output}'\n\n"
+                 "checkpoint b:\n    output: 'b'\n    shell: 'touch {output}'\n\n"
+                 "for t in []:\n    rule:\n        name:\n            f'table_{t}'\n        shell: 'true'\n")
+    assert rules_without_log([f]) == ["x.smk: b", "x.smk: f'table_{t}'"]

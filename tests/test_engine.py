@@ -94,8 +94,8 @@ def test_run_writes_outputs_and_learns(tmp_path, synthetic_run_data, cfg_factory
     assert df["test/acc"].iloc[-1] > 0.5 > df["test/acc"].iloc[0]
     assert (df["bytes_up"].iloc[1:] == 4 * 4 * FlatModel(build_model("mlp", (28, 28), 10, hidden=[32, 16])).n_params).all()
     pred = np.load(tmp_path / "predictions.npz")
-    assert pred["rounds"].tolist() == [2, 3, 4]
-    assert pred["test_logp"].shape == (3, 200, 10)
+    assert pred["rounds"].tolist() == [0, 1, 2, 3, 4]   # every evaluated round (keep_predictions: every_round)
+    assert pred["test_logp"].shape == (5, 200, 10)
     np.testing.assert_allclose(np.exp(pred["test_logp"]).sum(-1), 1.0, atol=1e-5)
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["client_sizes"] == [len(p) for p in synthetic_run_data.parts]
@@ -237,11 +237,11 @@ def test_sampled_predictive_only_at_the_last_round_when_mc_window_is_off(tmp_pat
     assert hist["test/acc"].notna().tolist() == [False, False, False, False, True]
     assert hist["mean/test/acc"].notna().all()  # eval_every 1
     pred = np.load(tmp_path / "predictions.npz")
-    assert pred["rounds"].tolist() == [2, 3, 4]
-    assert np.isnan(pred["test_logp"][:2]).all() and np.isfinite(pred["test_logp"][2]).all()
+    assert pred["rounds"].tolist() == [0, 1, 2, 3, 4]
+    assert np.isnan(pred["test_logp"][:4]).all() and np.isfinite(pred["test_logp"][4]).all()
     assert np.isfinite(pred["test_logp@mean"]).all()
     m = evaluate_run(tmp_path)
-    assert list(m["rounds"]) == ["4"] and list(m["variants"]["mean"]["rounds"]) == ["2", "3", "4"]
+    assert list(m["rounds"]) == ["4"] and list(m["variants"]["mean"]["rounds"]) == ["0", "1", "2", "3", "4"]
     assert m["final"]["test/acc"] == hist.loc[4, "test/acc"]
 
 
@@ -448,7 +448,7 @@ def test_a_blown_up_model_with_finite_weights_is_recorded_as_diverged(tmp_path, 
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["diverged"] == {"round": 2, "reason": "non-finite predictions (test log-probabilities are NaN)"}
     assert [row["round"] for row in hist] == [0, 1, 2] and any("DIVERGED" in m for m in logs)
-    assert list(np.load(tmp_path / "predictions.npz")["rounds"]) == [r for r in (0, 1) if r in info["config"]["save_rounds"]]
+    assert list(np.load(tmp_path / "predictions.npz")["rounds"]) == [0, 1]   # every evaluated round before it
     from fedbayes.eval.evaluate import evaluate_run
 
     evaluate_run(tmp_path)   # the saved rounds evaluate

@@ -193,12 +193,28 @@ def test_the_workflows_numerics_check_adopts_same_numbers_and_names_the_first_ot
     assert not check_due("fedavg", record)
     assert numerics_check("fedavg", empty, record) is None and json.loads(record.read_text())["result"] == "bit-identical"
     golden = json.loads(baseline.read_text())
+    # an evaluated metric is the metric code's, not training's: a golden with prediction digests leaves it to
+    # evaluation (a metric definition change is no numbers change) and compares the predictions themselves
     golden["history"][2]["test/acc"] = "0.123"
     baseline.write_text(json.dumps(golden))
     record.unlink()
+    assert numerics_check("fedavg", empty, record) is None
+    for where, value, said in (("history", "0.123", "round 2: train/loss 0.123 != "),
+                               ("predictions", "0" * 16, f"round 2: predictions {'0' * 16} != ")):
+        g = json.loads(json.dumps(golden))
+        if where == "history":
+            g["history"][2]["train/loss"] = value
+        else:
+            g["predictions"]["2"] = value
+        baseline.write_text(json.dumps(g))
+        record.unlink(missing_ok=True)
+        problem = numerics_check("fedavg", empty, record)
+        assert problem.startswith(f"fedavg's numbers changed without a numerics version bump: {said}"), problem
+        assert "\n" not in problem and not record.exists() and check_due("fedavg", record)
+    del golden["predictions"]   # a golden written before predictions were digested compares every column
+    baseline.write_text(json.dumps(golden))
     problem = numerics_check("fedavg", empty, record)
     assert problem.startswith("fedavg's numbers changed without a numerics version bump: round 2: test/acc 0.123 != ")
-    assert "\n" not in problem and not record.exists() and check_due("fedavg", record)
     baseline.write_text("{not json")
     assert numerics_check("fedavg", empty, record).startswith(f"fedavg: its numerics golden {baseline} is unreadable")
     assert numerics_check("fedprox", empty, tmp_path / "work" / "fedprox.json") == (

@@ -19,6 +19,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from dagutil import built_copy, mtimes, sh
@@ -182,3 +183,74 @@ def test_a_runs_defaults_are_compared_with_its_record_or_the_frozen_one(monkeypa
     assert catalog.defaults_key("fedprox", hp) == now
     # fixed hyperparameters are defaults too (fedep_i is FedEP with variant I)
     assert catalog.method_defaults("fedep_i", {})["variant"] == "I"
+
+
+def test_a_metric_added_to_a_table_and_its_curves_rebuilds_them_with_their_new_outputs(built):
+    """ECE added to a table's metrics adds its reliability diagram to the table job's outputs (and a metric
+    added to the headline's curves a curve CSV to the headline job's). Snakemake checks only the requested
+    output of a target job and skips the params check of a job with an output it has no record of: the
+    edit was answered "Nothing to be done" and the table kept its old metrics. A marker naming the missing
+    outputs now reruns the job."""
+    run("snakemake --cores 2 reports/faults.csv reports/metrics", built)
+    p = read_params(built)
+    p["tables"]["faults"]["metrics"] = ["test/acc", "test/nll", "test/ece"]
+    p["headline"]["curves"] = ["test/acc", "test/ece"]
+    (built / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    out = run("snakemake --cores 2 reports/faults.csv reports/metrics", built)
+    assert not re.search(r"\(Rule: (train|evaluate)\)", out), out[-2000:]
+    table = pd.read_csv(built / "reports/faults.csv")
+    assert set(table["metric"]) == {"test/acc", "test/nll", "test/ece"}
+    assert (built / "reports/figures/faults_reliability.png").exists()
+    assert (built / "reports/plots/faults_synth-k4_test_ece.csv").exists()
+    assert "Nothing to be done" in run("snakemake -n --cores 2 reports/faults.csv reports/metrics", built)
+
+
+def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrains_nothing(built):
+    """Issue 34 item 4, one source of metric values: a table's statistics over rounds (``best``), its learning
+    curves and the headline's DVC curves read history.csv, training's own evaluation, while its other cells
+    read metrics.json; a metric definition change (here NLL in bits instead of nats) re-evaluated
+    metrics.json and left the rest on the old definition. Every run now keeps every evaluated round's
+    predictions and every reader reads metrics.json: the change plans an evaluate job for every run and no
+    training, and every cell, curve and figure that shows NLL follows it, the accuracy ones unchanged."""
+    import numpy as np
+    from fedbayes.eval.metrics import nll
+
+    p = read_params(built)
+    p["tables"]["faults_best"] = {**p["tables"]["faults"], "title": "best over rounds", "statistic": "best"}
+    p["headline"]["curves"] = ["test/acc", "test/nll"]
+    (built / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    targets = "reports/faults.csv reports/faults_best.csv reports/metrics"
+    run(f"snakemake --cores 2 {targets}", built)
+    runs = sorted((built / "results/runs").rglob("history.csv"))
+    assert len(runs) == 4   # synth-k4 × {fedavg, fedprox} × seeds 0, 1
+    histories = {f: f.read_bytes() for f in runs}
+    tables = {t: pd.read_csv(built / f"reports/{t}.csv") for t in ("faults", "faults_best")}
+    shown = {f: f.read_bytes() for f in [*(built / "reports/plots").glob("*.csv"), *(built / "reports/figures").glob("faults*")]}
+    assert {f.name for f in shown} >= {"faults_synth-k4_test_nll.csv", "faults_curves.png", "faults_best_curves.png"}
+
+    metrics = built / "src/fedbayes/eval/metrics.py"
+    nats = "return float(-np.mean(logp[np.arange(len(y)), y]))"
+    assert metrics.read_text().count(nats) == 1
+    metrics.write_text(metrics.read_text().replace(nats, nats[:-1] + " / np.log(2))"))
+    plan = run(f"snakemake -n --cores 2 {targets}", built)
+    assert not re.search(r"^rule train:", plan, re.M), plan[-3000:]
+    assert len(re.findall(r"^rule evaluate:", plan, re.M)) == len(runs), plan[-3000:]
+    run(f"snakemake --cores 2 {targets}", built)
+
+    assert {f: f.read_bytes() for f in runs} == histories   # nothing retrained
+    for f in runs:   # every round of every run re-evaluated from its kept predictions
+        m = json.loads((f.parent / "metrics.json").read_text())
+        pred = np.load(f.parent / "predictions.npz")
+        assert "from_training" not in m and [int(r) for r in m["rounds"]] == pred["rounds"].tolist()
+        assert [m["rounds"][str(r)]["test/nll"] for r in pred["rounds"]] == \
+            pytest.approx([nll(lp, pred["y_test"]) / np.log(2) for lp in pred["test_logp"]], rel=1e-12)
+    for t, before in tables.items():
+        after = pd.read_csv(built / f"reports/{t}.csv")
+        ours = {k: {m: f[f["metric"] == m]["ours_mean"].to_numpy() for m in ("test/acc", "test/nll")}
+                for k, f in (("before", before), ("after", after))}
+        np.testing.assert_array_equal(ours["after"]["test/acc"], ours["before"]["test/acc"])
+        was, now = ours["before"]["test/nll"], ours["after"]["test/nll"]
+        assert np.isfinite(was).any(), t
+        np.testing.assert_allclose(now[np.isfinite(was)], was[np.isfinite(was)] / np.log(2), rtol=1e-3)
+    now = {f: f.read_bytes() for f in shown}
+    assert {f.name for f in shown if now[f] != shown[f]} == {f.name for f in shown if "acc" not in f.name}

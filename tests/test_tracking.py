@@ -167,7 +167,8 @@ def test_a_run_json_without_code_or_times_imports_as_unknown_not_head(store, fin
 
 def test_prediction_variants_are_runs_that_filters_find(store, finished_run):
     """``fedavg@mean``-style variants (here a fabricated "mean" variant) are one MLflow run each, found by
-    ``tags.method = 'm@v'``, their metrics under the plain names (as a table column compares them)."""
+    ``tags.method = 'm@v'``, their metrics under the plain names (as a table column compares them), the
+    series from metrics.json (the one source of metric values), the same values as history.csv's here."""
     from fedbayes.tracking import log_run
 
     p, uri, client = store
@@ -176,7 +177,8 @@ def test_prediction_variants_are_runs_that_filters_find(store, finished_run):
         hist[f"mean/{c}"] = hist[c] * 0.5
     hist.to_csv(finished_run / "history.csv", index=False)
     m = json.loads((finished_run / "metrics.json").read_text())
-    m["variants"] = {"mean": {"final": {k: v * 0.5 for k, v in m["final"].items()}, "rounds": m["rounds"]}}
+    m["variants"] = {"mean": {"final": {k: v * 0.5 for k, v in m["final"].items()},
+                              "rounds": {r: {k: v * 0.5 for k, v in t.items()} for r, t in m["rounds"].items()}}}
     (finished_run / "metrics.json").write_text(json.dumps(m))
     log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
     exp = client.get_experiment_by_name("fmnist10-iid-k10")
@@ -458,3 +460,24 @@ def test_a_final_value_without_a_series_is_still_logged(store, finished_run):
     run = client.search_runs([exp.experiment_id], "tags.method = 'fedavg'")[0]
     assert run.data.metrics["final/test/extra"] == pytest.approx(0.25)
     assert "final/test/acc" not in run.data.metrics
+
+
+def test_a_runs_series_are_its_evaluated_metrics_not_trainings_own(store, finished_run):
+    """metrics.json is the one source of metric values (fedbayes.eval.evaluate): the import read its
+    curves from history.csv, so a metric definition change re-evaluated metrics.json and left MLflow's
+    curves on the old definition. history.csv's evaluated columns are set off here: the series follow
+    metrics.json; training's own columns (train/loss) still come from history.csv."""
+    from fedbayes.tracking import log_run
+
+    p, uri, client = store
+    hist = pd.read_csv(finished_run / "history.csv")
+    hist["test/nll"] = hist["test/nll"] + 1.0
+    hist.to_csv(finished_run / "history.csv", index=False)
+    m = json.loads((finished_run / "metrics.json").read_text())
+    log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
+    exp = client.get_experiment_by_name("fmnist10-iid-k10")
+    run = client.search_runs([exp.experiment_id], "tags.method = 'fedavg'")[0]
+    series = dict((s.step, s.value) for s in client.get_metric_history(run.info.run_id, "test/nll"))
+    assert series == pytest.approx({int(r): t["test/nll"] for r, t in m["rounds"].items()})
+    loss = dict((s.step, s.value) for s in client.get_metric_history(run.info.run_id, "train/loss"))
+    assert loss == pytest.approx({int(r): v for r, v in zip(hist["round"], hist["train/loss"]) if v == v})

@@ -194,9 +194,12 @@ def cmd_evaluate(args) -> None:
             f"{args.run_dir}/predictions.npz is missing (predictions are not committed, e.g. in a fresh "
             f"clone): retrain the run to recompute its metrics, e.g. `snakemake -R train <target>` or "
             f"delete {args.run_dir}/history.csv")
-    from fedbayes.eval.evaluate import evaluate_run  # (lazy: scipy, sklearn)
+    from fedbayes.eval.evaluate import MetricsChanged, evaluate_run  # (lazy: scipy, sklearn)
 
-    m = evaluate_run(args.run_dir)
+    try:
+        m = evaluate_run(args.run_dir)
+    except MetricsChanged as e:   # one line naming the run, the metric, both values and the remedy
+        raise ConfigError(str(e)) from None
     final = m["final"]
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
 

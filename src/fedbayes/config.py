@@ -720,7 +720,8 @@ def run_config(params: dict, experiment: str, method: str, seed: int, point: str
         "hparams": method_hparams(params, experiment, method, point),
         "save_rounds": save_rounds(e),
         # evaluation cadence, only where an experiment sets it (keeps older runs' configurations unchanged)
-        **{k: e[k] for k in ("eval_every", "mc_every", "test_subsample", "local_eval") if k in e},
+        **{k: e[k] for k in ("eval_every", "mc_every", "test_subsample", "local_eval", "keep_predictions")
+           if k in e},
         # stand-in data: recorded in the run (run.json, MLflow), never mistaken for a result on the real data
         **({"data": f"{STAND_IN} ({stand_in_size(params)})"} if stand_in_size(params) else {}),
     }

@@ -59,7 +59,7 @@ DIVERGED_TYPES = {"round": ("integer",), "reason": ("string",)}
 METRICS_TYPES = {"experiment": ("string",), "method": ("string",), "seed": ("integer",), "config_hash": ("string",),
                  "final_round": ("integer", None), "final": ("object",), "rounds": ("object",),
                  "variants": ("object",), "reliability": ("array",), "wall_s": ("number", None),
-                 "diverged": ("object",)}
+                 "diverged": ("object",), "from_training": ("array",)}
 _KINDS = {"object": dict, "array": list, "string": str, "boolean": bool}
 
 
@@ -227,6 +227,29 @@ def read_metrics(run_dir: str | Path, info: dict | None = None) -> dict:
         raise DamagedFile(path, f"its wall_s is {m['wall_s']}, but {run_dir / 'run.json'} records {info['wall_s']}: "
                                 "it was computed from another training of the run", remedy)
     return m
+
+
+def read_curves(run_dir: str | Path, info: dict | None = None):
+    """A run's metric values at every round, from metrics.json (the one source of metric values:
+    eval.evaluate) as a pandas DataFrame in history.csv's layout: ``round`` 0 … the last, a column a
+    metric (``test/acc``), a variant's behind its name (``mean/test/acc``); NaN where a round was not
+    evaluated. Read only from a whole run: its run.json, history.csv (:func:`read_history_rows`: training's
+    log, which the workflow retrains a run for when it is damaged) and metrics.json (:func:`read_metrics`)
+    checked against each other."""
+    import pandas as pd
+
+    info = read_run_info(run_dir) if info is None else info
+    read_history_rows(run_dir, info)
+    m = read_metrics(run_dir, info)
+    tables = [("", m["rounds"])] + [(f"{v}/", t["rounds"]) for v, t in m.get("variants", {}).items()]
+    rows: dict[int, dict] = {}
+    for pre, rounds in tables:
+        for r, vals in rounds.items():
+            rows.setdefault(int(r), {}).update({pre + k: (math.nan if v is None else v) for k, v in vals.items()})
+    last = max(rows, default=0)
+    cols = list(dict.fromkeys(k for r in sorted(rows) for k in rows[r]))
+    frame = pd.DataFrame([{"round": r, **{k: rows.get(r, {}).get(k, math.nan) for k in cols}} for r in range(last + 1)])
+    return frame.astype({c: float for c in cols})
 
 
 def read_selected(path: str | Path) -> dict:

@@ -70,7 +70,7 @@ from fedbayes.config import (ConfigError, experiment_config, load_params, paths,
                              stand_in_size, swept_points, table_figures)
 from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.fileio import exclusive_lock, write_text_atomic
-from fedbayes.runfiles import DamagedFile, read_history, read_metrics, read_run_info, read_selected
+from fedbayes.runfiles import DamagedFile, read_curves, read_history, read_metrics, read_run_info, read_selected
 from fedbayes.runpaths import run_dir, selected_file
 
 NON_METRICS = {"round"}
@@ -568,12 +568,19 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     session = {} if session is None else session
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
-    history = read_history(run_dir, info)
+    history = evaluated_history(read_history(run_dir, info), read_curves(run_dir, info))
     metrics = read_metrics(run_dir, info)
     digest = content_hash(run_dir)
     client, exp_id = _session(session, p, experiment)
     return _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info, history, metrics, digest,
                       partition_figure, selected, record)
+
+
+def evaluated_history(history, curves):
+    """history.csv's training columns (loss, clients, times, bytes) with the metric values from
+    metrics.json (``curves``: the one source of metric values, eval.evaluate) in place of training's own."""
+    train = history.drop(columns=[c for c in curves.columns if c != "round" and c in history.columns])
+    return train.merge(curves, on="round", how="left")
 
 
 def _session(session: dict, p: dict, experiment: str):

@@ -139,6 +139,23 @@ def marker_input(path, why, reasons):
     return [str(path)]
 
 
+def missing_outputs(name, files, anchor):
+    """Input function: a job whose requested output exists while another of its outputs does not (a spec
+    edit that adds one: ECE in a table's metrics adds its reliability diagram, a metric in the headline's
+    curves adds a curve CSV). Snakemake 9 checks only the requested outputs of a target job, and does not
+    compare the params of a job with an output it has no record of, so it said "Nothing to be done" for the
+    edited table. A marker naming the missing outputs (new mtime) becomes an input; only where ``anchor``
+    exists (else the job runs anyway, and a marker written then would be one Snakemake's file-existence
+    cache has seen missing)."""
+    def inputs(wc):
+        if not Path(anchor).exists():
+            return []
+        return marker_input(f"{WORK}/missing/outputs/{name}.txt", "rebuilt because these outputs are missing: ",
+                            [f for f in files if not Path(f).exists()])
+
+    return inputs
+
+
 def selected_point(experiment, method):
     """Waits for the (experiment, method) sweep selection (a checkpoint) and returns its point."""
     from fedbayes.runfiles import read_selected

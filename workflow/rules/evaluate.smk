@@ -27,8 +27,10 @@ rule evaluate:
     params:
         code=code_hash(code("eval")),
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),
-    shell:
-        f"{FEDBAYES} evaluate {{params.out:q}}"
+    log:
+        f"{WORK}/logs/evaluate/{{experiment}}/{{method}}/{{point}}/seed{{seed}}.log",
+    shell:  # quiet on the terminal (a job a run): a failure's log is shown (profile: show-failed-logs)
+        f"{FEDBAYES} evaluate {{params.out:q}} > {{log:q}} 2>&1"
 
 
 def selection_source(wc):
@@ -54,8 +56,10 @@ checkpoint select:
         grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
         source=lambda wc: [json.loads(Path(f).read_text())["point"] if Path(f).exists() else "" for f in selection_source(wc)],
-    shell:
-        cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output:q}"
+    log:
+        f"{WORK}/logs/select/{{experiment}}/{{method}}.log",
+    shell:  # its one-line pick on the terminal too
+        cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output:q} 2>&1 | tee {log:q}"
 
 
 def selections(wc):

@@ -102,6 +102,9 @@ for _table, _spec in config["tables"].items():
             status=table_status(_exps),
             sweeps=sweep_reports(_table, _spec, _exps),
             notes=[in_report(_spec["notes"], _table, "notes", "notes")] if "notes" in _spec else [],
+            outputs=missing_outputs(f"table/{_table}", [f"{REPORTS}/{_table}.csv", f"{REPORTS}/{_table}.md",
+                                    *[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)]],
+                                    f"{REPORTS}/{_table}.csv"),
             code=fixed(code("reports", "papers", "published.py", "runpaths.py")),
         output:
             csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
@@ -175,6 +178,7 @@ if HEADLINE:
     rule headline:
         input:
             table=f"{REPORTS}/{HEADLINE['table']}.csv",
+            outputs=missing_outputs("headline", [str(f) for f in headline_plot_files(config)], f"{REPORTS}/metrics"),
             code=fixed(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py")),
         output:
             metrics=directory(f"{REPORTS}/metrics"),

@@ -18,6 +18,7 @@ import inspect
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
 
 CHECKPOINT = "checkpoint.pt"
+ROUNDS_DIR = "predictions.rounds"   # a training run's kept predictions, a file a round (_keep)
 
 
 @dataclass
@@ -261,16 +263,18 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     if state is None:
         started = _now()
         server, client_states = method.init_state(fm.flat_params())
-        start, history, saved, wall = 1, [], {}, 0.0
-        history.append(_evaluate(method, server, data, 0, {}, log, cfg)[0])
+        start, history, wall = 1, [], 0.0
+        shutil.rmtree(out / ROUNDS_DIR, ignore_errors=True)   # an earlier training's kept predictions
+        row, logp = _evaluate(method, server, data, 0, {}, log, cfg)
+        history.append(row)
+        _keep(out, 0, logp, cfg)
     else:
         # the first process's start (None: a checkpoint written before checkpoints kept it)
         started = state.get("started")
         server, client_states = state["server"], state["clients"]
-        start, history, saved, wall = state["round"] + 1, state["history"], state["saved"], state["wall"]
+        start, history, wall = state["round"] + 1, state["history"], state["wall"]
         log(f"resuming from round {state['round']} ({ckpt_path})")
 
-    save_rounds = set(cfg["save_rounds"])
     diverged = None
     n_part = method.clients_per_round
     # `client_stream: replay` (engine option): every client in every round draws the same random
@@ -325,14 +329,13 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
                 f"run stopped and recorded as diverged")
             break
         history.append(row)
-        if rnd in save_rounds:
-            saved[rnd] = logp
+        _keep(out, rnd, logp, cfg)
         _atomic_save({"config_hash": key, "code": resume_key(cfg["method"]), "round": rnd, "server": server,
-                      "clients": client_states, "history": history, "saved": saved, "wall": wall, "started": started}, ckpt_path)
+                      "clients": client_states, "history": history, "wall": wall, "started": started}, ckpt_path)
         if stop_after is not None and rnd >= stop_after:
             return history
 
-    _write_outputs(out, cfg, key, history, saved, server, data, device, sizes, diverged, started,
+    _write_outputs(out, cfg, key, history, server, data, device, sizes, diverged, started,
                    batched_rounds=batched_rounds)
     ckpt_path.unlink(missing_ok=True)
     return history
@@ -370,12 +373,30 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
     return row, logps
 
 
+def _keep(out: Path, rnd: int, logps: dict, cfg: dict) -> None:
+    """Keep round ``rnd``'s predictions (``_evaluate``'s log-probabilities) for evaluation: every
+    evaluated round (``keep_predictions: every_round``, the default: a metric definition change then
+    re-evaluates every curve and every table cell, eval.evaluate), or the table rounds only
+    (``table_rounds``: the experiments whose every round would take gigabytes). One file a round under
+    ``<run>/predictions.rounds/`` while the run trains (a resumed run keeps what its first process wrote;
+    not part of the checkpoint, which is rewritten every round); ``_write_outputs`` gathers them."""
+    if not isinstance(logps, dict) or not logps or (cfg.get("keep_predictions", "every_round") != "every_round" and rnd not in cfg["save_rounds"]):
+        return
+    (out / ROUNDS_DIR).mkdir(exist_ok=True)
+    arrays = {}
+    for name, lp in logps.items():   # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...
+        variant, _, split = name.rpartition("/")
+        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = lp.numpy()
+    with atomic_target(out / ROUNDS_DIR / f"{rnd:05d}.npz", keep_suffix=True) as tmp:
+        np.savez(tmp, **arrays)
+
+
 def _now() -> str:
     """Wall-clock time, ISO 8601 in UTC: when training started / finished (run.json; MLflow's run times)."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, device, sizes, diverged=None,
+def _write_outputs(out: Path, cfg, key, history, server, data: RunData, device, sizes, diverged=None,
                    started: str | None = None, batched_rounds: int = 0) -> None:
     cols = list(dict.fromkeys(c for row in history for c in row))
     with atomic_target(out / "history.csv") as tmp, open(tmp, "w", newline="") as f:
@@ -383,17 +404,23 @@ def _write_outputs(out: Path, cfg, key, history, saved, server, data: RunData, d
         w.writeheader()
         w.writerows(history)
 
-    rounds = sorted(saved)
+    # the kept rounds' predictions (_keep) in one archive: test_logp, ood_logp, test_logp@mean, ..., a
+    # row per kept round; a variant not evaluated at a kept round (``mc_every``, ``mc_window: false``) is
+    # NaN there, which evaluate_run skips
+    last = history[-1]["round"]
+    files = {int(f.stem): f for f in (out / ROUNDS_DIR).glob("*.npz")} if (out / ROUNDS_DIR).is_dir() else {}
+    rounds = sorted(r for r in files if r <= last)
     arrays = {"rounds": np.array(rounds, dtype=np.int64), "y_test": data.y_test.cpu().numpy()}
-    # test, ood, mean/test, ... → test_logp, ood_logp, test_logp@mean, ...; a variant not evaluated at a
-    # saved round (``mc_window: false``) is NaN there, which evaluate_run skips
-    for name in saved[rounds[-1]] if rounds else ():
-        variant, _, split = name.rpartition("/")
-        like = saved[rounds[-1]][name].numpy()
-        arrays[f"{split}_logp" + (f"@{variant}" if variant else "")] = np.stack(
-            [saved[r][name].numpy() if name in saved[r] else np.full_like(like, np.nan) for r in rounds])
+    kept = {}
+    for r in rounds:
+        with np.load(files[r], allow_pickle=False) as z:
+            kept[r] = {k: z[k] for k in z.files}
+    for name in kept[rounds[-1]] if rounds else ():
+        like = kept[rounds[-1]][name]
+        arrays[name] = np.stack([kept[r][name] if name in kept[r] else np.full_like(like, np.nan) for r in rounds])
     with atomic_target(out / "predictions.npz", keep_suffix=True) as tmp:  # np.savez appends .npz otherwise
         np.savez_compressed(tmp, **arrays)
+    shutil.rmtree(out / ROUNDS_DIR, ignore_errors=True)
 
     _atomic_save({k: v.cpu() for k, v in server.items()}, out / "posterior.pt")
     info = {"config": cfg, "config_hash": key, "numerics": numerics(cfg["method"]),

@@ -21,6 +21,7 @@ import csv
 import hashlib
 import json
 import math
+import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -169,17 +170,42 @@ def golden_hparams_with_defaults(golden: dict) -> dict:
 
 
 def make_golden(method: str, hp: dict, tmp: str | Path) -> dict:
-    """A numerics golden of the code at hand: its hyperparameters, the spec defaults it read, its history."""
+    """A numerics golden of the code at hand: its hyperparameters, the spec defaults it read, its history
+    and a digest of each round's kept predictions (``prediction_digests``)."""
     return {"method": method, "hparams": hp, "defaults": method_defaults(method, hp),
-            "history": as_text(golden_history(method, hp, tmp))}
+            "history": as_text(golden_history(method, hp, tmp)), "predictions": prediction_digests(tmp)}
+
+
+def evaluated_column(column: str) -> bool:
+    """A history column holding an evaluated metric (``test/nll``, ``ood/auroc_entropy``, ``mean/test/acc``):
+    its value is the metric code's definition applied to the predictions, not a number training computes."""
+    return re.search(r"(^|/)(test|ood)/", column) is not None
+
+
+def prediction_digests(run_dir: str | Path) -> dict[str, str]:
+    """Round → a digest of every log-probability the run kept at that round (its predictions.npz, every
+    key but the labels), bit for bit: what the model predicts, whatever the metrics make of it."""
+    with np.load(Path(run_dir) / "predictions.npz", allow_pickle=False) as z:
+        keys = sorted(k for k in z.files if k not in ("rounds", "y_test"))
+        arrays = {k: z[k] for k in keys}
+        return {str(int(r)): hashlib.sha256(b"".join(k.encode() + arrays[k][i].tobytes() for k in keys)).hexdigest()[:16]
+                for i, r in enumerate(z["rounds"])}
 
 
 def golden_diffs(golden: dict, tmp: str | Path) -> list[str]:
     """``round N: column golden != now`` for each value of a golden (``{"method", "hparams", "history"}``,
-    and ``defaults``) the code at hand computes otherwise; [] when it gives the golden bit for bit."""
+    ``defaults``, ``predictions``) the code at hand computes otherwise; [] when it gives the golden bit for
+    bit. A golden with prediction digests compares them, and training's own columns (loss, bytes, local
+    accuracy), not the evaluated metrics: a metric definition change is evaluation's (eval.evaluate
+    re-evaluates every kept round), not a numbers change of training. One without (written before
+    predictions were digested) compares every column."""
     want, got = golden["history"], as_text(golden_history(golden["method"], golden_hparams_with_defaults(golden), tmp))
+    digests = golden.get("predictions")
     diffs = [f"round {w['round']}: {k} {w[k]} != {g.get(k, '<absent>')}" for w, g in zip(want, got) for k in w
-             if w[k] != g.get(k, "")]
+             if w[k] != g.get(k, "") and not (digests is not None and evaluated_column(k))]
+    if digests is not None:
+        now = prediction_digests(tmp)
+        diffs += [f"round {r}: predictions {d} != {now.get(r, '<absent>')}" for r, d in digests.items() if now.get(r) != d]
     return diffs + ([f"{len(want)} rounds != {len(got)}"] if len(want) != len(got) else [])
 
 

@@ -1,6 +1,6 @@
 """What one table cell holds: each run's statistic at a reported round (``cell_value``: the papers' mean or
 maximum over the last three rounds, or the final round; ``best_over_rounds``, ``rounds_to_target`` over a
-run's history), whether a run diverged before it, whether the experiment could run here at all
+run's evaluated rounds), whether a run diverged before it, whether the experiment could run here at all
 (``experiment_status``) and whether ours is within the published value's tolerance (``within``).
 Accuracy-like metrics are in percent, as the tables, figures and MLflow show them (``PERCENT``)."""
 
@@ -22,7 +22,7 @@ from fedbayes.eval.registry import METRICS, PERCENT
 
 DIGITS = {name: m.digits for name, m in METRICS.items()}   # decimals a table prints (the metric registry)
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
-HISTORY_STATISTICS = ("rounds_to_target", "best")   # read from history.csv (every evaluated round)
+HISTORY_STATISTICS = ("rounds_to_target", "best")   # over every evaluated round (runfiles.read_curves)
 
 
 def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
@@ -61,7 +61,7 @@ def experiment_status(p: dict, exp: str) -> str:
 
 
 def _series(history: pd.DataFrame, metric: str, variant: str = "", running: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(rounds ≥ 1, values) of a history column, in % for accuracy; ``running`` > 1 replaces each value
+    """(rounds ≥ 1, values) of a metric of a run's curves (``runfiles.read_curves``), in % for accuracy; ``running`` > 1 replaces each value
     by the trailing mean of the last ``running`` rounds (NaN until the window is full; pandas
     ``rolling``), as the FedEP paper's 10- and 100-round running averages."""
     h = history[history["round"] >= 1]
@@ -81,7 +81,7 @@ def rounds_to_target(history: pd.DataFrame, target: float, metric: str = "test/a
 
 def best_over_rounds(history: pd.DataFrame, metric: str, rnd: int, variant: str = "", running: int = 1) -> float:
     """The best (largest) value of ``metric`` (its ``running`` average) over rounds 1..``rnd`` of a run's
-    history (FOLA's "best GA", spec 004 D12; the FedEP paper's best 100-round running average); needs
+    curves (FOLA's "best GA", spec 004 D12; the FedEP paper's best 100-round running average); needs
     the metric evaluated every round (``eval_every`` 1)."""
     rounds, vals = _series(history, metric, variant, running)
     vals = vals[rounds <= rnd]

@@ -29,7 +29,7 @@ from fedbayes.fileio import save_figure_atomic
 from fedbayes.published import published_rounds, published_row, published_value
 from fedbayes.reports.cells import experiment_status
 from fedbayes.reports.selection import selected_point
-from fedbayes.runfiles import read_history, read_metrics
+from fedbayes.runfiles import read_curves, read_metrics
 from fedbayes.runpaths import run_dir
 
 MIN_BIN = 10   # reliability bins with fewer test points are not drawn (their accuracy is noise)
@@ -136,7 +136,7 @@ def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
     point = selected_point(p, exp, base)
     frames = []
     for s in seeds(p, exp, base):
-        h = read_history(run_dir(paths(p), exp, base, point, s))
+        h = read_curves(run_dir(paths(p), exp, base, point, s))
         for metric, (_, mult) in METRICS.items():
             col = f"{variant}/{metric}" if variant else metric
             if col in h:

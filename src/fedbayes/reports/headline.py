@@ -28,6 +28,7 @@ from fedbayes.config import comparable_experiments, experiment_config, paths, se
 from fedbayes.fileio import write_text_atomic
 from fedbayes.eval.registry import PERCENT
 from fedbayes.reports.cells import experiment_status
+from fedbayes.runfiles import read_curves
 from fedbayes.runpaths import run_dir
 
 if TYPE_CHECKING:
@@ -99,12 +100,12 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
                 continue
             point = selected_point(p, exp, base)
             col = f"{variant}/{metric}" if variant else metric
-            files = [run_dir(paths(p), exp, base, point, s) / "history.csv" for s in seeds(p, exp, base)]
-            if not all(f.exists() for f in files):
+            dirs = [run_dir(paths(p), exp, base, point, s) for s in seeds(p, exp, base)]
+            if not all((d / "metrics.json").exists() for d in dirs):
                 if absent is not None:
                     absent.append(f"{exp}/{method}")
                 continue
-            runs = [pd.read_csv(f).set_index("round") for f in files]
+            runs = [read_curves(d).set_index("round") for d in dirs]
             if all(col in h for h in runs):
                 v = pd.concat([h[col] for h in runs], axis=1).mean(axis=1, skipna=False)
                 cols[method] = v * (100.0 if metric in PERCENT else 1.0)

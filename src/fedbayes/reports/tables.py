@@ -24,7 +24,7 @@ from fedbayes.reports.cells import (DIGITS, HISTORY_STATISTICS, PERCENT, best_ov
                                     experiment_status, rounds_to_target, within)
 from fedbayes.reports.figures import learning_curves, reliability
 from fedbayes.reports.selection import selected_point
-from fedbayes.runfiles import DamagedFile, read_history, read_metrics, read_run_info
+from fedbayes.runfiles import DamagedFile, read_curves, read_metrics, read_run_info
 from fedbayes.runpaths import run_dir
 from fedbayes.eval.registry import METRICS as METRIC_INFO
 
@@ -48,7 +48,7 @@ def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
 def table_rows(p: dict, name: str) -> pd.DataFrame:
     spec = p["tables"][name]
     ddof = p.get("std_ddof", 1)
-    run_avg = int(spec.get("running", 1))   # running-average window of history-based statistics
+    run_avg = int(spec.get("running", 1))   # running-average window of the statistics over rounds
     tol = spec.get("tolerance", {})
     refs = spec.get("published", [])
     rows = []
@@ -69,7 +69,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     check_data_source(p, d)
                 if spec["statistic"] in HISTORY_STATISTICS:
                     infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
-                    hists = [read_history(d, info) for d, info in zip(dirs, infos)]
+                    hists = [read_curves(d, info) for d, info in zip(dirs, infos)]
                 else:
                     runs = [read_metrics(d) for d in dirs]
                     runs = [{**m, "rounds": m.get("variants", {}).get(variant, {}).get("rounds", {})} if variant else m

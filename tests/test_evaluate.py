@@ -1,0 +1,92 @@
+"""metrics.json is the one source of metric values (fedbayes.eval.evaluate): a run keeps the predictions of
+every evaluated round and evaluation computes every round from them; a run that kept its table rounds only
+gets its other rounds from training's own evaluation, and only while the metric code still gives what
+training gave there."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedbayes.engine import run_federated
+from fedbayes.eval import evaluate as ev
+from fedbayes.eval.evaluate import MetricsChanged, evaluate_run, with_training_rounds
+from fedbayes.runfiles import read_curves
+
+
+def quiet(_msg):
+    pass
+
+
+def rows(*vals):
+    """history.csv rows (text) of rounds 0, 1, …: test/acc, local/acc ('' = not measured)."""
+    return [{"round": str(r), "test/acc": a, "local/acc": l, "train/loss": "0.5"} for r, (a, l) in enumerate(vals)]
+
+
+def test_rounds_without_kept_predictions_come_from_training_once_the_kept_ones_agree(tmp_path):
+    evaluated = {"2": {"test/acc": 0.75}}
+    out, taken = with_training_rounds(tmp_path, evaluated, rows(("0.1", ""), ("0.5", "0.2"), ("0.75", "0.3")))
+    assert out == {"0": {"test/acc": 0.1}, "1": {"test/acc": 0.5, "local/acc": 0.2},
+                   "2": {"test/acc": 0.75, "local/acc": 0.3}}   # training-only metrics at every round
+    assert taken == [0, 1] and evaluated == {"2": {"test/acc": 0.75}}   # (the argument is left as it was)
+
+
+def test_a_changed_metric_stops_evaluation_naming_the_run_the_metric_and_the_remedy(tmp_path):
+    with pytest.raises(MetricsChanged) as e:
+        with_training_rounds(tmp_path, {"2": {"test/acc": 0.7}}, rows(("0.1", ""), ("0.5", ""), ("0.75", "")))
+    said = str(e.value)
+    assert str(tmp_path) in said and "test/acc of round 2 is 0.7" in said and "training computed 0.75" in said
+    assert "rounds 0–1 kept no predictions" in said and f"delete {tmp_path}/history.csv" in said
+
+
+def test_every_kept_round_evaluated_equals_training_at_every_round(tmp_path, synthetic_run_data, cfg_factory):
+    """Every evaluated round is kept (default ``keep_predictions: every_round``) and evaluated from its
+    predictions: metrics.json's curves are training's own numbers, round for round, none taken from it."""
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    assert np.load(tmp_path / "predictions.npz")["rounds"].tolist() == [0, 1, 2, 3, 4]
+    assert not (tmp_path / "predictions.rounds").exists()   # gathered into predictions.npz, then removed
+    m = evaluate_run(tmp_path)
+    assert list(m["rounds"]) == ["0", "1", "2", "3", "4"] and "from_training" not in m
+    hist = pd.read_csv(tmp_path / "history.csv", float_precision="round_trip")   # (pandas' default parser can be 1 ulp off)
+    curves = read_curves(tmp_path)
+    cols = [c for c in hist if c.startswith(("test/", "ood/"))]
+    assert set(cols) == set(curves.columns) - {"round"}
+    pd.testing.assert_frame_equal(curves[["round", *cols]], hist[["round", *cols]])
+
+
+def test_a_run_keeping_its_table_rounds_follows_no_metric_change(tmp_path, synthetic_run_data, cfg_factory, monkeypatch):
+    cfg = cfg_factory(keep_predictions="table_rounds")
+    run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    assert np.load(tmp_path / "predictions.npz")["rounds"].tolist() == [2, 3, 4]   # the save_rounds
+    m = evaluate_run(tmp_path)
+    assert list(m["rounds"]) == ["0", "1", "2", "3", "4"] and m["from_training"] == [0, 1]
+    hist = pd.read_csv(tmp_path / "history.csv", float_precision="round_trip")   # (pandas' default parser can be 1 ulp off)
+    assert read_curves(tmp_path)["test/nll"].tolist() == hist["test/nll"].tolist()
+    before = (tmp_path / "metrics.json").read_text()
+    real = ev.classification_metrics   # a metric definition change: ECE over 10 bins instead of 15
+    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: {
+        **real(lp, y, ood), "ece": ev.calibration(lp, y, n_bins=10)["ece"]})
+    with pytest.raises(MetricsChanged, match=r"test/ece of round \d .* rounds 0–1 kept no predictions"):
+        evaluate_run(tmp_path)
+    assert (tmp_path / "metrics.json").read_text() == before   # nothing half-written
+
+
+def test_a_metric_change_re_evaluates_every_round_of_a_run_keeping_them_all(tmp_path, synthetic_run_data, cfg_factory,
+                                                                            monkeypatch):
+    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    old = evaluate_run(tmp_path)
+    real = ev.classification_metrics
+    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: {
+        **real(lp, y, ood), "ece": ev.calibration(lp, y, n_bins=10)["ece"]})
+    new = evaluate_run(tmp_path)
+    pred = np.load(tmp_path / "predictions.npz")
+    y = pred["y_test"]
+    assert [new["rounds"][str(r)]["test/ece"] for r in pred["rounds"]] == [
+        ev.calibration(lp, y, n_bins=10)["ece"] for lp in pred["test_logp"]]   # every round, from its predictions
+    assert any(new["rounds"][r]["test/ece"] != old["rounds"][r]["test/ece"] for r in old["rounds"])
+    assert all(new["rounds"][r]["test/acc"] == old["rounds"][r]["test/acc"] for r in old["rounds"])
+    assert json.loads((tmp_path / "metrics.json").read_text())["rounds"] == new["rounds"]
