@@ -48,11 +48,11 @@ checkpoint select:
         # ancient: in a clone the other experiment's file may be checked out later; a changed selection
         # there still reaches this job through params.source (the point it selected)
         source=lambda wc: [ancient(f) for f in selection_source(wc)],
-        code=fixed(code("reports/selection.py", "reports/cells.py", "runpaths.py")),
+        code=fixed(code("reports/selection.py", "reports/cells.py", "runpaths.py", "runfiles.py")),
     output:
         selected_file("{experiment}", "{method}"),
     params:
-        code=code_hash(code("reports/selection.py", "reports/cells.py", "runpaths.py")),
+        code=code_hash(code("reports/selection.py", "reports/cells.py", "runpaths.py", "runfiles.py")),
         grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
         source=lambda wc: [json.loads(Path(f).read_text())["point"] if Path(f).exists() else "" for f in selection_source(wc)],

@@ -105,7 +105,7 @@ for _table, _spec in config["tables"].items():
             outputs=missing_outputs(f"table/{_table}", [f"{REPORTS}/{_table}.csv", f"{REPORTS}/{_table}.md",
                                     *[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)]],
                                     f"{REPORTS}/{_table}.csv"),
-            code=fixed(code("reports", "papers", "published.py", "runpaths.py")),
+            code=fixed(code("reports", "papers", "published.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
         output:
             csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
             md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
@@ -114,7 +114,7 @@ for _table, _spec in config["tables"].items():
             spec=json.dumps({k: v for k, v in _spec.items() if k != "sweeps"}, sort_keys=True),  # where, not what
             std_ddof=config.get("std_ddof", 1),
             runs=json.dumps(_pairs, sort_keys=True),
-            code=code_hash(code("reports", "papers", "published.py", "runpaths.py")),
+            code=code_hash(code("reports", "papers", "published.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
             name=_table,
         log:
             f"{WORK}/logs/table/{_table}.log",
@@ -179,14 +179,14 @@ if HEADLINE:
         input:
             table=f"{REPORTS}/{HEADLINE['table']}.csv",
             outputs=missing_outputs("headline", [str(f) for f in headline_plot_files(config)], f"{REPORTS}/metrics"),
-            code=fixed(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py")),
+            code=fixed(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
         output:
             metrics=directory(f"{REPORTS}/metrics"),
             plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
                    for f in headline_plot_files(config)],
         params:
             spec=json.dumps(HEADLINE, sort_keys=True),
-            code=code_hash(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py")),
+            code=code_hash(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
         log:
             f"{WORK}/logs/headline.log",
         shell:
