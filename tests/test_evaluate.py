@@ -90,3 +90,32 @@ def test_a_metric_change_re_evaluates_every_round_of_a_run_keeping_them_all(tmp_
     assert any(new["rounds"][r]["test/ece"] != old["rounds"][r]["test/ece"] for r in old["rounds"])
     assert all(new["rounds"][r]["test/acc"] == old["rounds"][r]["test/acc"] for r in old["rounds"])
     assert json.loads((tmp_path / "metrics.json").read_text())["rounds"] == new["rounds"]
+
+
+def test_the_metric_fingerprint_follows_definitions_not_code(monkeypatch):
+    """eval.evaluate.metrics_fingerprint: what the metric code makes of fixed predictions, so the workflow
+    re-evaluates every run after a definition change (NLL in bits) and after no refactor."""
+    a = ev.metrics_fingerprint()
+    assert ev.metrics_fingerprint() == a and len(a) == 16
+    real = ev.classification_metrics
+    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: {
+        **real(lp, y, ood), "nll": real(lp, y, ood)["nll"] / np.log(2)})
+    assert ev.metrics_fingerprint() != a
+    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: dict(real(lp, y, ood)))   # a refactor
+    assert ev.metrics_fingerprint() == a
+
+
+def test_every_committed_metrics_json_has_the_codes_metric_definitions():
+    """The committed tables rest on metrics.json computed with the metric definitions of the code at hand
+    (their ``metric_code``, or for those written before it was recorded ``FROZEN_METRIC_CODE``). A metric
+    definition change fails this test on purpose: the workflow then re-evaluates every run (the committed ones
+    need retraining: their every round's predictions were not kept) and the new metrics.json are committed.
+    It also checks that the fingerprint is this machine's as much as the one that wrote it (rounded digits)."""
+    from pathlib import Path
+
+    now = ev.metrics_fingerprint()
+    files = sorted(Path(__file__).resolve().parents[1].glob("results/runs/*/*/*/seed*/metrics.json"))
+    files = [f for f in files if f.parts[-5] not in ("smoke", "rehearsal")]
+    assert len(files) >= 150
+    stale = [str(f) for f in files if json.loads(f.read_text()).get("metric_code", ev.FROZEN_METRIC_CODE) != now]
+    assert not stale, f"{len(stale)} metrics.json computed with other metric definitions, e.g. {stale[0]}"

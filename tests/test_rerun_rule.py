@@ -205,13 +205,16 @@ def test_a_metric_added_to_a_table_and_its_curves_rebuilds_them_with_their_new_o
     assert "Nothing to be done" in run("snakemake -n --cores 2 reports/faults.csv reports/metrics", built)
 
 
-def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrains_nothing(built):
+@pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
+def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrains_nothing(built, metadata):
     """Issue 34 item 4, one source of metric values: a table's statistics over rounds (``best``), its learning
     curves and the headline's DVC curves read history.csv, training's own evaluation, while its other cells
     read metrics.json; a metric definition change (here NLL in bits instead of nats) re-evaluated
     metrics.json and left the rest on the old definition. Every run now keeps every evaluated round's
     predictions and every reader reads metrics.json: the change plans an evaluate job for every run and no
-    training, and every cell, curve and figure that shows NLL follows it, the accuracy ones unchanged."""
+    training, and every cell, curve and figure that shows NLL follows it, the accuracy ones unchanged. Also
+    without Snakemake's record of the evaluate jobs' code (a fresh clone): each metrics.json records the metric
+    definitions it was computed with (``metric_code``, a fingerprint of numbers), compared when the DAG is built."""
     import numpy as np
     from fedbayes.eval.metrics import nll
 
@@ -228,6 +231,9 @@ def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrai
     shown = {f: f.read_bytes() for f in [*(built / "reports/plots").glob("*.csv"), *(built / "reports/figures").glob("faults*")]}
     assert {f.name for f in shown} >= {"faults_synth-k4_test_nll.csv", "faults_curves.png", "faults_best_curves.png"}
 
+    if metadata == "fresh clone":
+        shutil.rmtree(built / ".snakemake")
+        assert "Nothing to be done" in run(f"snakemake -n --cores 2 {targets}", built)
     metrics = built / "src/fedbayes/eval/metrics.py"
     nats = "return float(-np.mean(logp[np.arange(len(y)), y]))"
     assert metrics.read_text().count(nats) == 1

@@ -16,12 +16,54 @@ def damaged_metrics(wc):
                         "rebuilt because ", metrics_problems(run_dir(wc.experiment, wc.method, wc.point, wc.seed)))
 
 
+_METRIC_CODE = {}   # the metric definitions' fingerprint, computed once a process (eval.evaluate)
+
+
+def metric_code():
+    """fedbayes.eval.evaluate.metrics_fingerprint of the code at hand, remembered in work/metric_code.json
+    by the eval sources' hash (computed again only when they change: numpy and scipy, a second)."""
+    if "now" not in _METRIC_CODE:
+        record, src = Path(f"{WORK}/metric_code.json"), code_hash(code("eval"))
+        try:
+            rec = json.loads(record.read_text())
+        except (OSError, ValueError):
+            rec = {}
+        if rec.get("sources") != src:
+            from fedbayes.eval.evaluate import metrics_fingerprint
+
+            rec = {"sources": src, "fingerprint": metrics_fingerprint()}
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps(rec) + "\n")
+        _METRIC_CODE["now"] = rec["fingerprint"]
+    return _METRIC_CODE["now"]
+
+
+def changed_metrics(wc):
+    """A metrics.json computed with other metric definitions than the code's (its ``metric_code``, else the
+    definitions before it was recorded) is re-evaluated: a marker naming the change becomes an input. So a
+    metric definition change re-evaluates every run also where Snakemake has no record of the evaluate
+    job's code (a fresh clone, the committed runs), and a refactor of the metric code re-evaluates nothing
+    (the fingerprint is of numbers). A committed run has no predictions.npz: its evaluate job then stops,
+    naming the remedy (retrain it), instead of leaving its cells on the old definition."""
+    from fedbayes.eval.evaluate import FROZEN_METRIC_CODE
+
+    d = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed))
+    try:
+        then = json.loads((d / "metrics.json").read_text()).get("metric_code", FROZEN_METRIC_CODE)
+    except (OSError, ValueError, AttributeError):
+        return []   # none yet (the job runs for its output) or damaged (damaged_metrics)
+    now = metric_code()
+    return marker_input(f"{WORK}/changed/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
+                        "re-evaluated because ", [f"the metric definitions changed ({then} -> {now})"] if then != now else [])
+
+
 rule evaluate:
     input:
         history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
         run=ancient(f"{RUN}/run.json"),
         code=fixed(code("eval")),
         damaged=damaged_metrics,
+        metric_code=changed_metrics,
     output:
         f"{RUN}/metrics.json",
     params:

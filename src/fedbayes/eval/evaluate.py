@@ -11,8 +11,10 @@ metric definition changed), evaluation stops and names the run, the metric and b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,28 @@ from fedbayes.runfiles import open_predictions, read_history_rows, read_run_info
 
 EVALUATED = ("test/", "ood/")   # what predictions give (history.csv columns, a variant's behind its "<variant>/")
 TRAINING_ONLY = ("local/",)     # measured in training on models that are not kept (the clients' own models)
+
+
+def metrics_fingerprint() -> str:
+    """What the metric code makes of a fixed set of predictions (seeded: 300 test points of 10 classes,
+    300 OOD points): a digest of every metric and of the reliability bins. The same digest, the same metric
+    definitions; a definition change changes it and a refactor does not (re-evaluation follows numbers, as
+    retraining does). Recorded in metrics.json (``metric_code``) and compared by the workflow's evaluate rule,
+    which needs no record of Snakemake's for it (a fresh clone, runs committed)."""
+    rng = np.random.default_rng(20261127)
+    logits, ood = rng.normal(scale=3.0, size=(300, 10)), rng.normal(scale=1.0, size=(300, 10))
+    logp = (logits - np.log(np.exp(logits).sum(1, keepdims=True))).astype(np.float32)
+    logp_ood = (ood - np.log(np.exp(ood).sum(1, keepdims=True))).astype(np.float32)
+    y = rng.integers(0, 10, size=300)
+    values = [prefixed(classification_metrics(logp, y, logp_ood)), calibration(logp, y)["bins"]]
+    # 9 significant digits: a machine's own vector exp/log (numpy's SIMD paths) moves the last bits only
+    text = json.dumps(values, sort_keys=True, default=float)
+    text = re.sub(r"-?\d+\.\d+(?:[eE][-+]?\d+)?", lambda m: f"{float(m.group()):.9g}", text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# the metric definitions of every metrics.json written before they recorded ``metric_code``
+FROZEN_METRIC_CODE = "2b02eee37f47086e"
 
 
 class MetricsChanged(RuntimeError):
@@ -124,7 +148,7 @@ def evaluate_run(run_dir: str | Path) -> dict:
         **({"variants": {v: {"final": last(r), "rounds": r} for v, r in variants.items()}} if variants else {}),
         "reliability": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in b.items()}
                         for b in calibration(pred["test_logp"][rounds.index(final)], y)["bins"]] if final is not None else [],
-        "wall_s": info.get("wall_s"), "device": info.get("device"),
+        "wall_s": info.get("wall_s"), "device": info.get("device"), "metric_code": metrics_fingerprint(),
     }
     out = complete_rounds(run_dir, out, info)
     write_text_atomic(run_dir / "metrics.json", json.dumps(out, indent=1))
