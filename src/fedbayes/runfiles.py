@@ -240,7 +240,13 @@ def read_curves(run_dir: str | Path, info: dict | None = None):
 
     info = read_run_info(run_dir) if info is None else info
     read_history_rows(run_dir, info)
-    m = read_metrics(run_dir, info)
+    return curves_of(read_metrics(run_dir, info))
+
+
+def curves_of(m: dict):
+    """:func:`read_curves`' frame of a metrics.json already read (:func:`read_metrics`)."""
+    import pandas as pd
+
     tables = [("", m["rounds"])] + [(f"{v}/", t["rounds"]) for v, t in m.get("variants", {}).items()]
     rows: dict[int, dict] = {}
     for pre, rounds in tables:

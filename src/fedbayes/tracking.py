@@ -70,7 +70,7 @@ from fedbayes.config import (ConfigError, experiment_config, load_params, paths,
                              stand_in_size, swept_points, table_figures)
 from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.fileio import exclusive_lock, write_text_atomic
-from fedbayes.runfiles import DamagedFile, read_curves, read_history, read_metrics, read_run_info, read_selected
+from fedbayes.runfiles import DamagedFile, curves_of, read_history, read_metrics, read_run_info, read_selected
 from fedbayes.runpaths import run_dir, selected_file
 
 NON_METRICS = {"round"}
@@ -568,8 +568,8 @@ def _log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_d
     session = {} if session is None else session
     run_dir = Path(run_dir)
     info = read_run_info(run_dir)  # checked: a damaged or truncated run is never imported
-    history = evaluated_history(read_history(run_dir, info), read_curves(run_dir, info))
     metrics = read_metrics(run_dir, info)
+    history = evaluated_history(read_history(run_dir, info), curves_of(metrics))
     digest = content_hash(run_dir)
     client, exp_id = _session(session, p, experiment)
     return _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info, history, metrics, digest,

@@ -21,7 +21,6 @@ import csv
 import hashlib
 import json
 import math
-import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +31,7 @@ from fedbayes.catalog import FROZEN_DEFAULTS, method_defaults, numerics
 from fedbayes.config import raw_root, recorded_stand_in
 from fedbayes.data import make_synthetic
 from fedbayes.data.root import open_data_root
+from fedbayes.eval.registry import evaluated_column
 from fedbayes.engine.partitions import build_partition
 from fedbayes.fileio import write_text_atomic
 from fedbayes.partition import make_partition
@@ -174,12 +174,6 @@ def make_golden(method: str, hp: dict, tmp: str | Path) -> dict:
     and a digest of each round's kept predictions (``prediction_digests``)."""
     return {"method": method, "hparams": hp, "defaults": method_defaults(method, hp),
             "history": as_text(golden_history(method, hp, tmp)), "predictions": prediction_digests(tmp)}
-
-
-def evaluated_column(column: str) -> bool:
-    """A history column holding an evaluated metric (``test/nll``, ``ood/auroc_entropy``, ``mean/test/acc``):
-    its value is the metric code's definition applied to the predictions, not a number training computes."""
-    return re.search(r"(^|/)(test|ood)/", column) is not None
 
 
 def prediction_digests(run_dir: str | Path) -> dict[str, str]:

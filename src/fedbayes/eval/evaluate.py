@@ -18,12 +18,13 @@ import re
 from pathlib import Path
 
 import numpy as np
+from scipy.special import log_softmax
 
 from fedbayes.eval.metrics import calibration, classification_metrics
+from fedbayes.eval.registry import EVALUATED
 from fedbayes.fileio import write_text_atomic
 from fedbayes.runfiles import open_predictions, read_history_rows, read_run_info
 
-EVALUATED = ("test/", "ood/")   # what predictions give (history.csv columns, a variant's behind its "<variant>/")
 TRAINING_ONLY = ("local/",)     # measured in training on models that are not kept (the clients' own models)
 
 
@@ -35,8 +36,7 @@ def metrics_fingerprint() -> str:
     which needs no record of Snakemake's for it (a fresh clone, runs committed)."""
     rng = np.random.default_rng(20261127)
     logits, ood = rng.normal(scale=3.0, size=(300, 10)), rng.normal(scale=1.0, size=(300, 10))
-    logp = (logits - np.log(np.exp(logits).sum(1, keepdims=True))).astype(np.float32)
-    logp_ood = (ood - np.log(np.exp(ood).sum(1, keepdims=True))).astype(np.float32)
+    logp, logp_ood = (log_softmax(a, axis=1).astype(np.float32) for a in (logits, ood))
     y = rng.integers(0, 10, size=300)
     values = [prefixed(classification_metrics(logp, y, logp_ood)), calibration(logp, y)["bins"]]
     # 9 significant digits: a machine's own vector exp/log (numpy's SIMD paths) moves the last bits only
@@ -67,7 +67,7 @@ def with_training_rounds(run_dir: Path, evaluated: dict[str, dict], rows: list[d
     values = {int(row["round"]): {k[len(pre):]: float(v) for k, v in row.items()
                                   if v != "" and k.startswith(pre) and k[len(pre):].startswith(EVALUATED + TRAINING_ONLY)}
               for row in rows}
-    out, taken = {r: dict(m) for r, m in evaluated.items()}, []
+    out = {r: dict(m) for r, m in evaluated.items()}
     missing = [r for r, m in sorted(values.items()) if str(r) not in out and any(k.startswith(EVALUATED) for k in m)]
     for r, m in sorted(values.items()) if missing else ():   # (every round kept: nothing to take, nothing to check)
         for k, then in m.items():
@@ -79,13 +79,11 @@ def with_training_rounds(run_dir: Path, evaluated: dict[str, dict], rows: list[d
                     f"{then!r}: the metric code changed since this run trained, and rounds {_ranges(missing)} kept no "
                     "predictions to re-evaluate (keep_predictions: table_rounds, or trained before every round was "
                     f"kept). Retrain it (delete {run_dir}/history.csv) or restore the metric code.")
-    for r, m in sorted(values.items()):
+    for r, m in values.items():
         if str(r) in out:
             out[str(r)].update({k: v for k, v in m.items() if k.startswith(TRAINING_ONLY)})
-        elif any(k.startswith(EVALUATED) for k in m):
-            out[str(r)] = m
-            taken.append(r)
-    return dict(sorted(out.items(), key=lambda kv: int(kv[0]))), taken
+    out.update({str(r): values[r] for r in missing})
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0]))), missing
 
 
 def _ranges(rounds: list[int]) -> str:

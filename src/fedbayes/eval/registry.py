@@ -56,3 +56,12 @@ def metric(name: str) -> Metric:
     if key not in METRICS:
         raise KeyError(f"metric {name!r} is not in fedbayes.eval.registry (known: {', '.join(METRICS)})")
     return METRICS[key]
+
+
+EVALUATED = ("test/", "ood/")   # a metric computed from predictions (a variant's behind its "<variant>/")
+
+
+def evaluated_column(column: str) -> bool:
+    """A history column holding an evaluated metric (``test/nll``, ``ood/auroc_entropy``, ``mean/test/acc``):
+    its value is the metric code's definition applied to the predictions, not a number training computes."""
+    return any(column.startswith(p) or f"/{p}" in column for p in EVALUATED)

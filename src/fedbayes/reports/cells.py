@@ -22,7 +22,7 @@ from fedbayes.eval.registry import METRICS, PERCENT
 
 DIGITS = {name: m.digits for name, m in METRICS.items()}   # decimals a table prints (the metric registry)
 STATISTICS = {"mean_last3": np.mean, "max_last3": np.max, "final": lambda v: v[-1]}
-HISTORY_STATISTICS = ("rounds_to_target", "best")   # over every evaluated round (runfiles.read_curves)
+ROUND_STATISTICS = ("rounds_to_target", "best")   # over every evaluated round (runfiles.read_curves)
 
 
 def cell_value(metrics: dict, metric: str, rnd: int, statistic: str) -> float:
@@ -61,9 +61,9 @@ def experiment_status(p: dict, exp: str) -> str:
 
 
 def _series(history: pd.DataFrame, metric: str, variant: str = "", running: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(rounds ≥ 1, values) of a metric of a run's curves (``runfiles.read_curves``), in % for accuracy; ``running`` > 1 replaces each value
-    by the trailing mean of the last ``running`` rounds (NaN until the window is full; pandas
-    ``rolling``), as the FedEP paper's 10- and 100-round running averages."""
+    """(rounds ≥ 1, values) of a metric of a run's curves (``runfiles.read_curves``), in % for accuracy;
+    ``running`` > 1 replaces each value by the trailing mean of the last ``running`` rounds (NaN until the
+    window is full; pandas ``rolling``), as the FedEP paper's 10- and 100-round running averages."""
     h = history[history["round"] >= 1]
     vals = h[f"{variant}/{metric}" if variant else metric].astype(float)
     if running > 1:

@@ -20,7 +20,7 @@ from fedbayes.catalog import split_variant
 from fedbayes.config import STAND_IN, comparable_experiments, experiment_config, paths, seeds, stand_in_size, table_figures
 from fedbayes.fileio import write_text_atomic
 from fedbayes.published import authors_code_value, published_rounds, published_value
-from fedbayes.reports.cells import (DIGITS, HISTORY_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,
+from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,
                                     experiment_status, rounds_to_target, within)
 from fedbayes.reports.figures import learning_curves, reliability
 from fedbayes.reports.selection import selected_point
@@ -67,7 +67,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                 dirs = [run_dir(paths(p), exp, base, point, s) for s in seeds(p, exp, base)]
                 for d in dirs:
                     check_data_source(p, d)
-                if spec["statistic"] in HISTORY_STATISTICS:
+                if spec["statistic"] in ROUND_STATISTICS:
                     infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
                     hists = [read_curves(d, info) for d, info in zip(dirs, infos)]
                 else:
