@@ -120,21 +120,28 @@ def measure(p: dict, name: str, experiment: str, method: str, changes: dict, arg
 
 
 def markdown(rows: list[dict]) -> str:
-    dev = rows[0]["device_name"] if rows else "?"
-    lines = [f"# Clients together vs one by one ({dev})", "",
+    devices = sorted({r["device_name"] for r in rows}) or ["?"]
+
+    def span(key: str) -> str:
+        vals = sorted({r[key] for r in rows})
+        return "?" if not vals else str(vals[0]) if len(vals) == 1 else f"{vals[0]}–{vals[-1]}"
+
+    lines = [f"# Clients together vs one by one ({', '.join(devices)})", "",
              "`python benchmarks/batched.py` — seconds per round of training (evaluation excluded), "
-             f"means over {rows[0]['rounds_measured'] if rows else '?'} rounds after {rows[0]['warmup_rounds'] if rows else '?'} "
-             "warm-up, the two settings in one process; peak = the device's allocated memory (GPU only); "
-             "max rel. diff = the largest difference between the two runs' final server tensors, relative to the tensor's largest magnitude.", "",
-             "| protocol | experiment | clients/round | one by one s/round | together s/round | speed-up | peak MiB (one by one / together) | max rel. diff | test NLL (one by one / together) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"means over {span('rounds_measured')} rounds after {span('warmup_rounds')} "
+             "warm-up (each row's own in batched_gpu.json), the two settings in one process; peak = the device's allocated memory (GPU only); "
+             "max rel. diff = the largest difference between the two runs' final server tensors, relative to the tensor's largest magnitude"
+             + ("; device = the card that measured the row (rows of different cards were measured in different calls: "
+                "compare a row's two settings, not rows of two cards)." if len(devices) > 1 else "."), "",
+             "| protocol | experiment | device | clients/round | one by one s/round | together s/round | speed-up | peak MiB (one by one / together) | max rel. diff | test NLL (one by one / together) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     graph_rows = [r for r in rows if r.get("batched_eager_s_per_round")]
     for r in rows:
         peak = "–" if r["sequential_peak_mib"] is None else \
             f"{r['sequential_peak_mib']:.0f} / {r['batched_peak_mib']:.0f}" if r["batches"] else f"{r['sequential_peak_mib']:.0f} / –"
         nll = " / ".join("–" if v is None else f"{v:.4f}" for v in r["test_nll"]) if r["batches"] else \
             ("–" if r["test_nll"][0] is None else f"{r['test_nll'][0]:.4f}")
-        lines.append(f"| {r['protocol']} | {r['experiment']} | {r['clients_per_round']} | {r['sequential_s_per_round']:.3f} | "
+        lines.append(f"| {r['protocol']} | {r['experiment']} | {r['device_name']} | {r['clients_per_round']} | {r['sequential_s_per_round']:.3f} | "
                      + (f"{r['batched_s_per_round']:.3f} | {r['speedup']:.2f}× | " if r["batches"] else "sequential only | – | ")
                      + f"{peak} | " + ("–" if r["max_rel_difference"] is None else f"{r['max_rel_difference']:.1e}")
                      + f" | {nll} |")

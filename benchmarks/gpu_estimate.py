@@ -28,7 +28,7 @@ def rows_by_key(path: Path) -> tuple[dict, str]:
     out = {}
     for r in rows:
         out[(r["experiment"], r["method"])] = r
-    return out, rows[0]["device_name"] if rows else "?"
+    return out, ", ".join(sorted({r["device_name"] for r in rows})) or "?"
 
 
 def per_round(r: dict, samples) -> tuple[float, float]:
@@ -84,7 +84,7 @@ def main() -> None:
             continue
         samples = json.loads(run.read_text())["config"]["hparams"].get("pred_samples")
         train, ev = per_round(row, samples)
-        g["how"] = how + (" (together, CUDA graph)" if row.get("batches") else " (one by one)")
+        g["how"] = how + (" (together, CUDA graph" if row.get("batches") else " (one by one") + f", {row['device_name']})"
         g["train_s"] += rounds * train
         g["eval_s"] += sampled * ev + (evals - sampled) * row_eval(row)
     measured = {k: g for k, g in groups.items() if g["how"] != "not measured on the GPU"}
@@ -96,7 +96,9 @@ def main() -> None:
              f"`python benchmarks/gpu_estimate.py`: {runs_all} committed runs; {runs_measured} of them have a measured "
              f"GPU row (benchmarks/batched_gpu.md): **{(tot_train + tot_eval) / 60:.1f} min** "
              f"({tot_train / 60:.1f} training + {tot_eval / 60:.1f} evaluation). "
-             f"The other {runs_all - runs_measured} runs' methods have no GPU row yet.", "",
+             + (f"The other {runs_all - runs_measured} runs' methods have no GPU row yet. " if runs_all > runs_measured else "")
+             + ("Rows of different cards (the last column) were measured in different calls; their sum is an "
+                "estimate for either card, not a measurement." if "," in device else ""), "",
              "| experiment | method | runs | rounds | train min | eval min | from |", "|---|---|---:|---:|---:|---:|---|"]
     for (exp, method), g in sorted(groups.items()):
         m = g["how"] != "not measured on the GPU"
