@@ -110,9 +110,8 @@ def test_damaged_files_are_rebuilt_and_the_table_comes_back(synth):
     (synth / prox / "metrics.json").write_text("{")
     (synth / SELECTED).write_text('{"point": 3}')
     out = sh(f"snakemake --cores 1 {TABLE}", synth)
-    # the selection's own runs are being rebuilt too, so it cannot be rebuilt at once: its job reruns
-    assert f"{SELECTED} is damaged" in out and "moved aside" in out
-    assert (synth / f"{SELECTED}.damaged").read_text() == '{"point": 3}'
+    # its select job reruns (the marker job's message names the damage)
+    assert f"selected again because {SELECTED} is damaged" in out
     read_selected(synth / SELECTED)
     for d in (RUN, other, prox):
         read_metrics(synth / d)
@@ -161,9 +160,9 @@ def test_deleted_mlflow_store_is_reimported(synth):
     n = store_runs(synth)
     assert n > 0
     # the store alone deleted: the import is redone (one job for the table's two methods); the table,
-    # which reads the run files and never the store, is not rebuilt
+    # which reads the run files and never the store, is not rebuilt; the marker job names the lost import
     (synth / "mlflow.db").unlink()
-    assert planned(synth) == {} and planned(synth, "mlflow") == IMPORT
+    assert planned(synth) == {} and planned(synth, "mlflow") == {**IMPORT, "marker": 1}
     sh("snakemake --cores 1 mlflow", synth)
     assert store_runs(synth) == n and planned(synth, "mlflow") == {}
     # the documented rebuild recipe, as written
@@ -263,12 +262,17 @@ def test_damaged_json_is_named(tmp_path, name, text, why):
 
 
 def test_a_damaged_selection_alone_is_rebuilt_from_the_runs_metrics(synth):
+    """The dry run names the damage and plans the selection again, writing nothing (it used to move the
+    file aside and rebuild it while the DAG was built, issue 34 item 6); the run rebuilds it."""
     f = synth / SELECTED
     good = json.loads(f.read_text())
     f.write_text("garbage")
     out = sh(f"snakemake -n --cores 1 {TABLE}", synth)
-    assert f"{SELECTED} is damaged" in out and "rebuilt from the runs' metrics" in out
-    assert read_selected(f)["point"] == good["point"] and (synth / f"{SELECTED}.damaged").read_text() == "garbage"
+    assert f"selected again because {SELECTED} is damaged" in out and "checkpoint select:" in out
+    assert f.read_text() == "garbage" and not (synth / f"{SELECTED}.damaged").exists()
+    sh(f"snakemake --cores 1 {TABLE}", synth)
+    assert read_selected(f)["point"] == good["point"]
+    assert planned(synth) == {}
 
 
 @pytest.mark.parametrize("content", [b"garbage, not a zip", b"PK\x03\x04truncated"], ids=["text", "truncated-zip"])

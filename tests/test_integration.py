@@ -203,9 +203,8 @@ def test_dvc_remote_fresh_clone_pulls_and_adopts_without_recomputing(workdir, tm
     p["experiments"]["fmnist10-iid-k10"]["train"]["lr"] *= 2
     (clone / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     plan = sh("snakemake -n --cores 2 reports/smoke/table1.csv", clone)
-    reruns = set(re.findall(r"Updated input files: work/smoke/changed/([\w-]+)/(\w+)/", plan))
+    reruns = set(re.findall(r"updated by another job: work/smoke/changed/([\w-]+)/(\w+)/", plan))
     assert reruns and {e for e, _ in reruns} == {"fmnist10-iid-k10"}, plan[-3000:]
     assert {m for _, m in reruns} == {m for m in p["experiments"]["fmnist10-iid-k10"]["methods"]
                                       if "lr" not in p["methods"][m]}  # methods with their own lr keep it
-    marker = next((clone / "work/smoke/changed/fmnist10-iid-k10").rglob("*.txt"))
-    assert "hparams.lr" in marker.read_text()
+    assert "changed since this run: " in plan and "hparams.lr" in plan   # the marker job's message

@@ -278,17 +278,16 @@ def run_problems(run_dir: str | Path) -> list[str]:
     return []
 
 
-def metrics_problems(run_dir: str | Path) -> list[str]:
-    """Why an existing metrics.json cannot be trusted (damaged, or another run's), or [] when it can or
-    when it, or the run it belongs to, is absent (the rules that write them handle that)."""
+def metrics_problems(run_dir: str | Path) -> tuple[list[str], dict | None]:
+    """(why an existing metrics.json cannot be trusted (damaged, or another run's), the metrics read when it
+    can): ([], None) when it, or the run it belongs to, is absent (the rules that write them handle that)."""
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.json").exists() or run_problems(run_dir):
-        return []
+        return [], None
     try:
-        read_metrics(run_dir)
+        return [], read_metrics(run_dir)
     except DamagedFile as e:
-        return [f"{e.path.name} damaged ({e.why})"]
+        return [f"{e.path.name} damaged ({e.why})"], None
     except OSError as e:
-        return [f"metrics.json unreadable ({e.strerror})"]
-    return []
+        return [f"metrics.json unreadable ({e.strerror})"], None
 

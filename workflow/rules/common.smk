@@ -127,16 +127,57 @@ def partition_figure_of(experiment, seed):
 RUN = run_dir("{experiment}", "{method}", "{point}", "{seed}")  # one training run
 
 
-def marker_input(path, why, reasons):
+# marker path -> its text, for the marker jobs of this process (their params)
+MARKER_TEXT = {}
+
+
+def marker_input(path, why, reasons, consumer):
     """The rules' way to force a rerun that Snakemake's own checks miss (a changed configuration, a
-    damaged or missing file, a lost MLflow import): with ``reasons``, write ``<why><reasons>`` to the
-    marker file ``path`` (a new mtime) and return it as an input; without, no input."""
+    damaged or missing file, a lost MLflow import): with ``reasons``, an input that the ``marker`` job
+    writes (``<why><reasons>``), so the consuming job has an input another job updates and reruns; without,
+    no input. Planning only looks: nothing is written while the DAG is built (``snakemake -n`` leaves
+    the disk as it was) and the dry run shows each marker job with its reason.
+
+    The file is named by a hash of its text and of the state (size, mtime) of ``consumer``, the files of
+    the job that reads it: the same reason after the job has rerun (its outputs rewritten) is a new
+    marker, not an old file that would look older than the outputs."""
     if not reasons:
         return []
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(why + ", ".join(reasons) + "\n")
-    return [str(path)]
+    text = why + ", ".join(reasons)
+    s = workflow.dag_settings
+    if not workflow.remote_exec and not workflow.subprocess_exec and not (s.forceall or "marker" in set(s.forcerun)):
+        raise WorkflowError(f"{path}: {text}; this rerun needs its marker job forced, and this command's "
+                            "--forcerun replaced the default profile's list: add marker to it (--forcerun marker …)")
+    state = [(str(f), st.st_size, st.st_mtime_ns) for f in consumer if (st := _stat(f))]
+    key = hashlib.sha256(json.dumps([text, state]).encode()).hexdigest()[:12]
+    path = f"{str(path).removesuffix('.txt')}.rerun-{key}.txt"
+    MARKER_TEXT[path] = text
+    return [path]
+
+
+def _stat(f):
+    try:
+        return Path(f).stat()
+    except OSError:
+        return None
+
+
+# Snakemake runs the job of a missing intermediate file only when a job that reads it must run anyway
+# (temp-file semantics), so the marker jobs are forced: profiles/default/config.yaml says `forcerun:
+# [marker]` (a marker job in the DAG always runs, and its consumer with it); marker_input stops a DAG
+# whose command line replaced that list.
+rule marker:  # the file that makes its consumer rerun (marker_input); the file is its own record, no log
+    output:
+        f"{WORK}/{{marker}}.rerun-{{key}}.txt",
+    wildcard_constraints:
+        key="[0-9a-f]{12}",
+    params:
+        text=lambda wc, output: MARKER_TEXT.get(output[0], "rerun marker"),
+    message:
+        "{params.text}"
+    localrule: True
+    shell:
+        "printf '%s\\n' {params.text:q} > {output:q}"
 
 
 def missing_outputs(name, files, anchor):
@@ -144,47 +185,39 @@ def missing_outputs(name, files, anchor):
     edit that adds one: ECE in a table's metrics adds its reliability diagram, a metric in the headline's
     curves adds a curve CSV). Snakemake 9 checks only the requested outputs of a target job, and does not
     compare the params of a job with an output it has no record of, so it said "Nothing to be done" for the
-    edited table. A marker naming the missing outputs (new mtime) becomes an input; only where ``anchor``
-    exists (else the job runs anyway, and a marker written then would be one Snakemake's file-existence
-    cache has seen missing)."""
+    edited table. A marker naming the missing outputs becomes an input; only where ``anchor`` exists (else
+    the job runs anyway)."""
     def inputs(wc):
         if not Path(anchor).exists():
             return []
         return marker_input(f"{WORK}/missing/outputs/{name}.txt", "rebuilt because these outputs are missing: ",
-                            [f for f in files if not Path(f).exists()])
+                            [f for f in files if not Path(f).exists()], files)
 
     return inputs
 
 
 def selected_point(experiment, method):
-    """Waits for the (experiment, method) sweep selection (a checkpoint) and returns its point."""
-    from fedbayes.runfiles import read_selected
+    """Waits for the (experiment, method) sweep selection (a checkpoint) and returns its point. A damaged
+    selected.json (fedbayes.runfiles.read_selected) is waited for as one not made yet: its select job
+    reruns (its marker, selection_problems), and Snakemake asks again when it has."""
+    from snakemake.exceptions import IncompleteCheckpointException
+    from snakemake.io import checkpoint_target
 
-    return read_selected(checkpoints.select.get(experiment=experiment, method=method).output[0])["point"]
+    out = checkpoints.select.get(experiment=experiment, method=method).output[0]
+    point = recorded_point(out)
+    if point is None:
+        raise IncompleteCheckpointException(checkpoints.select.rule, checkpoint_target(out))
+    return point
 
 
-def set_aside_damaged_selections():
-    """A damaged selected.json (a derived file: fedbayes.runfiles.read_selected) is moved aside to
-    ``selected.json.damaged`` and rebuilt from the runs' metrics before the DAG is built, with one line
-    saying so. (Snakemake reads checkpoint outputs while it builds the DAG, and does not rerun a missing
-    one behind an existing table; where the runs are not there to select from, the selection job runs.)"""
-    from fedbayes.reports.selection import write_selection
+def recorded_point(selected):
+    """The point a selected.json records, or None where it is missing or damaged."""
     from fedbayes.runfiles import DamagedFile, read_selected
 
-    for f in sorted(Path(RUNS).glob("*/*/selected.json")):
-        try:
-            read_selected(f)
-        except DamagedFile as e:
-            f.replace(f"{f}.damaged")
-            experiment, method = f.parent.parent.name, f.parent.name
-            try:
-                write_selection(config, experiment, method, f)
-                print(f"{e}: moved aside to {f}.damaged and rebuilt from the runs' metrics", file=sys.stderr)
-            except (OSError, ValueError, KeyError):
-                print(f"{e}: moved aside to {f}.damaged, the selection reruns", file=sys.stderr)
-
-
-set_aside_damaged_selections()
+    try:
+        return read_selected(selected)["point"]
+    except (DamagedFile, OSError):
+        return None
 
 
 wildcard_constraints:

@@ -1,5 +1,6 @@
 # Metrics from saved predictive log-probabilities (a metric change never retrains), and the sweep
 # selection: every grid point runs on the first seed, `selection` in params.yaml picks one.
+import functools
 
 
 # Inputs are the train job's committed outputs. run.json is ancient(): git checks files out in path
@@ -7,54 +8,42 @@
 # would look stale (re-evaluating fails there: predictions.npz is not committed). history.csv is not
 # ancient: it sorts before metrics.json, so a clone never makes it newer, and a retrained run (a new
 # history.csv) re-evaluates — Snakemake propagates a rerun only through inputs that are not all ancient.
-def damaged_metrics(wc):
-    """A metrics.json that is damaged or another run's (fedbayes.runfiles.metrics_problems) is rebuilt: a
-    marker naming the problem (new mtime) becomes an input, as for a changed run (train.smk)."""
+
+
+@functools.cache
+def metric_code():
+    """fedbayes.eval.evaluate.metrics_fingerprint of the code at hand (numpy and scipy: 0.3 s of CPU, once a
+    process, only where a finished run's metrics.json is met)."""
+    from fedbayes.eval.evaluate import metrics_fingerprint
+
+    return metrics_fingerprint()
+
+
+def stale_metrics(wc):
+    """A metrics.json to compute again, though its run has not changed (metrics.json read once):
+
+    - damaged or another run's (fedbayes.runfiles.metrics_problems): rebuilt, a marker naming the problem
+      as an input, as for a changed run (train.smk);
+    - computed with other metric definitions than the code's (its ``metric_code``, else the definitions
+      before it was recorded): re-evaluated, a marker naming the change as an input. So a metric
+      definition change re-evaluates every run also where Snakemake has no record of the evaluate job's
+      code (a fresh clone, the committed runs), and a refactor of the metric code re-evaluates nothing
+      (the fingerprint is of numbers). A committed run has no predictions.npz: its evaluate job then
+      stops, naming the remedy (retrain it), instead of leaving its cells on the old definition."""
+    from fedbayes.eval.evaluate import FROZEN_METRIC_CODE
     from fedbayes.runfiles import metrics_problems
 
-    return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
-                        "rebuilt because ", metrics_problems(run_dir(wc.experiment, wc.method, wc.point, wc.seed)))
-
-
-_METRIC_CODE = {}   # the metric definitions' fingerprint, computed once a process (eval.evaluate)
-
-
-def metric_code():
-    """fedbayes.eval.evaluate.metrics_fingerprint of the code at hand, remembered in work/metric_code.json
-    by the eval sources' hash (computed again only when they change: numpy and scipy, a second)."""
-    if "now" not in _METRIC_CODE:
-        record, src = Path(f"{WORK}/metric_code.json"), code_hash(code("eval"))
-        try:
-            rec = json.loads(record.read_text())
-        except (OSError, ValueError):
-            rec = {}
-        if rec.get("sources") != src:
-            from fedbayes.eval.evaluate import metrics_fingerprint
-
-            rec = {"sources": src, "fingerprint": metrics_fingerprint()}
-            record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps(rec) + "\n")
-        _METRIC_CODE["now"] = rec["fingerprint"]
-    return _METRIC_CODE["now"]
-
-
-def changed_metrics(wc):
-    """A metrics.json computed with other metric definitions than the code's (its ``metric_code``, else the
-    definitions before it was recorded) is re-evaluated: a marker naming the change becomes an input. So a
-    metric definition change re-evaluates every run also where Snakemake has no record of the evaluate
-    job's code (a fresh clone, the committed runs), and a refactor of the metric code re-evaluates nothing
-    (the fingerprint is of numbers). A committed run has no predictions.npz: its evaluate job then stops,
-    naming the remedy (retrain it), instead of leaving its cells on the old definition."""
-    from fedbayes.eval.evaluate import FROZEN_METRIC_CODE
-
     d = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed))
-    try:
-        then = json.loads((d / "metrics.json").read_text()).get("metric_code", FROZEN_METRIC_CODE)
-    except (OSError, ValueError, AttributeError):
-        return []   # none yet (the job runs for its output) or damaged (damaged_metrics)
-    now = metric_code()
+    problems, metrics = metrics_problems(d)
+    if problems:
+        return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
+                            "rebuilt because ", problems, [d / "metrics.json"])
+    if metrics is None:
+        return []   # none yet, or its run is not finished: the job runs for its output
+    then, now = metrics.get("metric_code", FROZEN_METRIC_CODE), metric_code()
     return marker_input(f"{WORK}/changed/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
-                        "re-evaluated because ", [f"the metric definitions changed ({then} -> {now})"] if then != now else [])
+                        "re-evaluated because ", [f"the metric definitions changed ({then} -> {now})"] if then != now else [],
+                        [d / "metrics.json"])
 
 
 rule evaluate:
@@ -62,8 +51,7 @@ rule evaluate:
         history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
         run=ancient(f"{RUN}/run.json"),
         code=fixed(code("eval")),
-        damaged=damaged_metrics,
-        metric_code=changed_metrics,
+        stale=stale_metrics,
     output:
         f"{RUN}/metrics.json",
     params:
@@ -73,6 +61,23 @@ rule evaluate:
         f"{WORK}/logs/evaluate/{{experiment}}/{{method}}/{{point}}/seed{{seed}}.log",
     shell:  # quiet on the terminal (a job a run): a failure's log is shown (profile: show-failed-logs)
         f"{FEDBAYES} evaluate {{params.out:q}} > {{log:q}} 2>&1"
+
+
+def selection_problems(wc):
+    """A damaged selected.json is made again: a marker naming the damage becomes the select job's input
+    (the tables and imports waiting for it: selected_point)."""
+    from fedbayes.runfiles import DamagedFile, read_selected
+
+    f = selected_file(wc.experiment, wc.method)
+    try:
+        read_selected(f)
+        return []
+    except FileNotFoundError:
+        return []   # not made yet: the job runs for its output
+    except (DamagedFile, OSError) as e:
+        why = f"{f} is damaged ({e.why})" if isinstance(e, DamagedFile) else f"{f} unreadable ({e.strerror})"
+        return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}.selected.txt", "selected again because ",
+                            [why], [f])
 
 
 def selection_source(wc):
@@ -91,13 +96,14 @@ checkpoint select:
         # there still reaches this job through params.source (the point it selected)
         source=lambda wc: [ancient(f) for f in selection_source(wc)],
         code=fixed(code("reports/selection.py", "reports/cells.py", "runpaths.py", "runfiles.py")),
+        damaged=selection_problems,
     output:
         selected_file("{experiment}", "{method}"),
     params:
         code=code_hash(code("reports/selection.py", "reports/cells.py", "runpaths.py", "runfiles.py")),
         grid=lambda wc: json.dumps(sweep_points(config, wc.experiment, wc.method)),
         rule=lambda wc: json.dumps(selection(config, wc.experiment), sort_keys=True),
-        source=lambda wc: [json.loads(Path(f).read_text())["point"] if Path(f).exists() else "" for f in selection_source(wc)],
+        source=lambda wc: [recorded_point(f) or "" for f in selection_source(wc)],
     log:
         f"{WORK}/logs/select/{{experiment}}/{{method}}.log",
     shell:  # its one-line pick on the terminal too

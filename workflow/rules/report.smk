@@ -32,13 +32,13 @@ def in_report(path, name, caption, subcategory=None):
 
 
 
-def missing_marker(experiment, method, files):
+def missing_marker(experiment, method, files, table_csv):
     """A run file or selection deleted behind an existing table (or a selection not made yet): Snakemake 9
     does not rerun an existing table for an input that is missing, nor look behind one whose inputs hang
     on a checkpoint (the sweep selection), and would say "Nothing to be done". A marker naming what is
-    missing (new mtime) becomes an input, so the table reruns and the jobs that write the missing files run."""
+    missing becomes an input, so the table reruns and the jobs that write the missing files run."""
     missing = [f for f in files if not Path(f).exists()]
-    return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", missing)
+    return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", missing, [table_csv])
 
 
 def selected_runs(experiment, method, table_csv):
@@ -52,9 +52,7 @@ def selected_runs(experiment, method, table_csv):
     to date ("Nothing to be done") and hid every other edit of it. The table then reruns, the selection
     job runs (its output is a missing input), and when it finishes Snakemake re-evaluates this function,
     which then reads the selected point and asks for its runs on every seed. The marker only where the
-    table exists (``table_csv``): a table not built yet is built anyway, and a marker first written after
-    the data checkpoint, while the DAG is re-evaluated, is one Snakemake's file-existence cache has already
-    seen missing (MissingInputException in a fresh checkout's first build)."""
+    table exists (``table_csv``): a table not built yet is built anyway."""
 
     def inputs(wc):
         if not experiment_available(experiment):
@@ -63,11 +61,11 @@ def selected_runs(experiment, method, table_csv):
         if not Path(selected).exists():
             if not Path(table_csv).exists():
                 return [selected]
-            return [selected] + missing_marker(experiment, method, [selected])
+            return [selected] + missing_marker(experiment, method, [selected], table_csv)
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
         files = [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
-        return files + missing_marker(experiment, method, files + [f"{r}/run.json" for r in runs])
+        return files + missing_marker(experiment, method, files + [f"{r}/run.json" for r in runs], table_csv)
 
     return inputs
 

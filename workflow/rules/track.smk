@@ -40,7 +40,7 @@ def store_lost(group):
         from fedbayes.tracking import marker_problems, tracking_uri
 
         return marker_input(f"{WORK}/damaged/mlflow/{group}.txt", "re-imported because ",
-                            marker_problems(import_marker(group), tracking_uri(config)))
+                            marker_problems(import_marker(group), tracking_uri(config)), [import_marker(group)])
 
     return inputs
 

@@ -75,8 +75,8 @@ for i, m in enumerate(methods):
 def changed_config(wc):
     """A finished run whose run.json records another configuration than params.yaml gives it now, or
     other numerics versions than the code declares, is stale, also where Snakemake has no record of
-    the params it ran with (a fresh clone, a DVC pull): then a marker naming what changed is written
-    (new mtime) and made an input, so the run reruns. A run whose record matches needs nothing (a clone
+    the params it ran with (a fresh clone, a DVC pull): then a marker naming what changed is made an input
+    (written by its own job, ``marker``), so the run reruns. A run whose record matches needs nothing (a clone
     adopts it). A run.json without ``numerics`` was trained at version 1 of each; one without
     ``defaults`` under the frozen record (catalog.default_changes). A damaged run.json or
     history.csv (unparseable, truncated, disagreeing with each other: fedbayes.runfiles) reruns the run
@@ -104,7 +104,7 @@ def changed_config(wc):
         changed += [f"numerics version of {'the core' if k == 'core' else wc.method} {ran.get(k)} -> {now[k]}"
                     for k in sorted(now) if ran.get(k) != now[k]]
     return marker_input(f"{WORK}/changed/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.txt",
-                        "changed since this run: ", changed)
+                        "changed since this run: ", changed, [d / "run.json", d / "history.csv"])
 
 
 rule train:
