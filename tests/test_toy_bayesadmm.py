@@ -270,3 +270,25 @@ def test_figure3a_written(tmp_path, softmax_small):
     assert (tmp_path / "fig3a.png").stat().st_size > 1000
     assert all(len(r.objective) == 3 for r in runs.values())
 
+
+def test_the_report_passes_every_setting(tmp_path, monkeypatch):
+    """``fedbayes.reports.toys.bayesadmm_figures`` with params.yaml's block (shrunk to seconds, on synthetic
+    digits): every key reaches a function that takes it, and the report and its figures are written."""
+    import copy
+
+    from fedbayes.reports import toys
+
+    spec = copy.deepcopy(SPEC)
+    spec["fig3b"].update(n=100, rounds=3)
+    spec["fig4"]["von"]["steps"] = 200
+    spec["fig3a"].update(n=100, size=7)
+    spec["fig3a"]["shared"].update(rounds=2, inner_steps=5, mc_objective=2)
+    monkeypatch.setattr(toys.bayesadmm_data, "load_mnist5k", lambda root: synthetic_digits())
+    p = {"toys": {"bayesadmm/figures": spec}, "scale": "paper",
+         "paths": {"raw": str(tmp_path / "raw"), "partitions": "p", "runs": "r", "reports": str(tmp_path)}}
+    df = toys.bayesadmm_figures(p, tmp_path / "bayesadmm" / "figures.csv")
+    assert len(df) == 2 + 2 * 4 + 3 + 6 + 4
+    assert "first round within 1e-6" in df.quantity.iloc[1]
+    md = (tmp_path / "bayesadmm" / "figures.md").read_text()
+    assert "(200 decaying steps" in md and "runs 5 IVON steps" in md and "(the code: 1,250)" in md
+    assert all((tmp_path / "figures" / f).stat().st_size > 1000 for f in toys.TOYS["bayesadmm/figures"].figures)
