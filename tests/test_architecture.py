@@ -51,14 +51,16 @@ LAZY_TORCH = {
     ("fedbayes.cli", "fedbayes.engine.loop"),            # fedbayes train
     ("fedbayes.engine.replay", "fedbayes.engine.data"),  # replay_run; numerics_check runs in the DAG's planning
     ("fedbayes.engine.replay", "fedbayes.engine.loop"),  # replay_run, golden_history
-    ("fedbayes.toys.bayesadmm_toys", "fedbayes.methods.core.ivon"),  # the IVON-based solver of Fig. 3a only
+    ("fedbayes.toys.bayesadmm.solvers", "fedbayes.methods.core.ivon"),  # the IVON-based solver of Fig. 3a only
     ("fedbayes.cli", "fedbayes.eval.evaluate"),          # fedbayes evaluate (scipy, scikit-learn)
     ("fedbayes.cli", "fedbayes.reports.tables"),         # fedbayes table (matplotlib, pandas)
     ("fedbayes.cli", "fedbayes.reports.scorecard"),      # fedbayes table / scorecard (pandas)
     ("fedbayes.cli", "fedbayes.reports.selection"),      # fedbayes select / sweep-report (pandas)
     ("fedbayes.reports.headline", "fedbayes.reports.selection"),  # the curves; the workflow plans with plot_files
     ("fedbayes.reports.toys", "fedbayes.toys.gaussian2d"),       # a toy's build; the workflow plans with TOYS
-    ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm_toys"),   # (scipy, matplotlib)
+    ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm.problems"),     # (scipy)
+    ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm.experiments"),  # (scipy)
+    ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm.figures"),      # (matplotlib)
 }
 
 # Pending: the import edges of the methods package and the catalogue that another change is restructuring

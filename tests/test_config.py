@@ -1,6 +1,7 @@
 """params.yaml validation: the schema and the semantic checks refuse bad input before any work."""
 
 import copy
+import re
 import subprocess
 import sys
 
@@ -84,6 +85,18 @@ def test_mc_window_off_needs_final_round_statistics(params, schema):
 def test_unknown_key_is_refused(params, schema):
     params["experiments"]["fmnist10-iid-k10"]["roundz"] = 3
     bad(params, schema, r"roundz")
+
+
+@pytest.mark.parametrize("path", [("fig3b", "roundz"), ("fig4", "von", "stepz"), ("fig3a", "shared", "lrr"),
+                                  ("fig3a", "methods", "BayesADMM", "rhoo")])
+def test_misspelt_bayesadmm_toy_key_is_refused_by_name(params, schema, path):
+    """The BayesADMM toys' settings (passed to their functions as keyword arguments) are checked key by key."""
+    node = params["toys"]["bayesadmm/figures"]
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = 1
+    where = ".".join(("toys", "bayesadmm/figures") + path[:-1])
+    bad(params, schema, rf"- {re.escape(where)}: .*'{path[-1]}' was unexpected")
 
 
 def test_scale_smoke_overrides(params):

@@ -17,6 +17,7 @@ import numpy as np
 from fedbayes.config import paths
 from fedbayes.fileio import write_text_atomic
 from fedbayes.published import load_paper
+from fedbayes.toys.bayesadmm import data as bayesadmm_data   # numpy and fedbayes.data only: loaded already
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,28 +69,40 @@ def fedep_table4(p: dict, out: str | Path) -> pd.DataFrame:
 
 
 def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
-    """BayesADMM paper Figs. 3b, 4 and 3a (``fedbayes.toys.bayesadmm_toys``), on the mnist5k digits and
-    the 2-D outlier data, with the numbers behind each figure written to ``out`` (.csv and .md)."""
+    """BayesADMM paper Figs. 3b, 4 and 3a (``fedbayes.toys.bayesadmm``), on the mnist5k digits and the 2-D
+    outlier data with the settings of ``toys: bayesadmm/figures``, with the numbers behind each figure written
+    to ``out`` (.csv and .md)."""
     import pandas as pd
 
-    import fedbayes.toys.bayesadmm_toys as bayesadmm_toys
+    import fedbayes.toys.bayesadmm.experiments as experiments
+    import fedbayes.toys.bayesadmm.figures as figures
+    import fedbayes.toys.bayesadmm.problems as problems
 
     spec = p["toys"]["bayesadmm/figures"]
+    f3b, f4, f3a = spec["fig3b"], spec["fig4"], spec["fig3a"]
     root, fig_dir = paths(p)["raw"], Path(paths(p)["reports"]) / "figures"
-    problem = bayesadmm_toys.mnist_ridge_problem(root=root)
-    check = bayesadmm_toys.onestep_check(problem, rounds=spec["fig3b_rounds"])
-    gaps = bayesadmm_toys.figure3b(fig_dir / "bayesadmm_fig3b.png", problem=problem, rounds=spec["fig3b_rounds"])
-    fig4 = bayesadmm_toys.figure4(fig_dir / "bayesadmm_fig4.png", rounds_bayes=spec["fig4_rounds_bayes"],
-                     rounds_admm=spec["fig4_rounds_admm"])
-    runs3a = bayesadmm_toys.figure3a(fig_dir / "bayesadmm_fig3a.png", root=root, rounds=spec["fig3a_rounds"],
-                        inner_steps=spec["fig3a_inner_steps"])
+    images, labels = bayesadmm_data.load_mnist5k(root)
+    problem = problems.mnist_ridge_problem(images, labels, n=f3b["n"], size=f3b["size"], delta=f3b["delta"])
+    check = experiments.onestep_check(problem, rounds=f3b["rounds"], c=f3b["c_bayes"], tol=f3b["tol"])
+    runs3b = experiments.fig3b_runs(problem, rounds=f3b["rounds"], c_bayes=f3b["c_bayes"],
+                                    rho_bregman=f3b["rho_bregman"], c_bregman=f3b["c_bregman"],
+                                    rho_admm=f3b["rho_admm"], c_admm=f3b["c_admm"])
+    gaps = figures.figure3b(fig_dir / "bayesadmm_fig3b.png", problem, runs3b)
+    outliers = bayesadmm_data.outlier_data(f4["seed"])
+    fig4 = experiments.fig4_runs(outliers, delta=f4["delta"], rho=f4["rho"], c=f4["c"], rounds_bayes=f4["rounds_bayes"],
+                                 rounds_admm=f4["rounds_admm"], von=f4["von"])
+    figures.figure4(fig_dir / "bayesadmm_fig4.png", outliers, fig4)
+    softmax = problems.mnist_softmax_data(images, labels, n=f3a["n"], size=f3a["size"])
+    runs3a = experiments.fig3a_runs(softmax, f3a["methods"], **f3a["shared"])
+    figures.figure3a(fig_dir / "bayesadmm_fig3a.png", softmax, runs3a)
+    tol = np.format_float_scientific(f3b["tol"], trim="-", exp_digits=1)   # 1e-6
     rows = [("3b", "BayesADMM from the prior (Prop. 3.2): ‖m̄ − θ*‖ after round 1", check.distance_round1_prior,
              "converges in one round"),
-            ("3b", "BayesADMM from S̄ = I (the authors' code): first round within 1e-6", check.rounds_to_tol_identity, "")]
+            ("3b", f"BayesADMM from S̄ = I (the authors' code): first round within {tol}", check.rounds_to_tol_identity, "")]
     for name, g in gaps.items():
-        hit = np.flatnonzero(np.asarray(g) < 1e-6)
+        hit = np.flatnonzero(np.asarray(g) < f3b["tol"])
         rows.append(("3b", f"{name}: F − F* after round {len(g) - 1}", float(g[-1]), ""))
-        rows.append(("3b", f"{name}: first round with F − F* < 1e-6", int(hit[0]) if len(hit) else None,
+        rows.append(("3b", f"{name}: first round with F − F* < {tol}", int(hit[0]) if len(hit) else None,
                      "BayesADMM: 1 round; federated ADMM: many" if "ADMM" in name else ""))
     for r, d in enumerate(fig4.dist_bayes):
         rows.append(("4", f"BayesADMM: ‖m̄ − θ_MAP‖ after round {r}", float(d), "Bayes needs 2 iterations"))
@@ -108,10 +121,11 @@ def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
              "| figure | quantity | value | paper |", "|---|---|---|---|"]
     lines += [f"| {r.figure} | {r.quantity} | {r.value:.4g} | {r.paper} |" if isinstance(r.value, float)
               else f"| {r.figure} | {r.quantity} | {r.value} | {r.paper} |" for r in df.itertuples()]
-    lines += ["", "Fig. 4's BayesADMM clients run the authors' VON schedule (10,000 decaying steps from the "
-              "server's Gaussian): solved exactly, client 1's round-2 subproblem has no minimum at ρ = 0.2 "
-              "(`tests/test_toy_bayesadmm.py::test_fig4_exact_client_solves_break_in_round_two`). Fig. 3a runs "
-              f"{spec['fig3a_inner_steps']} IVON steps per client and round (the code: 1,250)."]
+    lines += ["", f"Fig. 4's BayesADMM clients run the authors' VON schedule ({f4['von']['steps']:,} decaying steps from "
+              "the server's Gaussian): solved exactly, client 1's round-2 subproblem has no minimum at "
+              f"ρ = {f4['rho']:g} (`tests/test_toy_bayesadmm.py::test_fig4_exact_client_solves_break_in_round_two`). "
+              f"Fig. 3a runs {f3a['shared']['inner_steps']} IVON steps per client and round "
+              f"(the code: {f3a['code_inner_steps']:,})."]
     write_text_atomic(out.with_suffix(".md"), "\n".join(lines) + "\n")
     return df
 
