@@ -140,15 +140,16 @@ def marker_input(path, why, reasons, consumer):
 
     The file is named by a hash of its text and of the state (size, mtime) of ``consumer``, the files of
     the job that reads it: the same reason after the job has rerun (its outputs rewritten) is a new
-    marker, not an old file that would look older than the outputs."""
-    if not reasons:
+    marker, not an old file that would look older than the outputs. Where none of ``consumer`` exists the
+    job runs anyway (for its outputs): no marker."""
+    state = [(str(f), st.st_size, st.st_mtime_ns) for f in consumer if (st := _stat(f))]
+    if not reasons or not state:
         return []
     text = why + ", ".join(reasons)
     s = workflow.dag_settings
     if not workflow.remote_exec and not workflow.subprocess_exec and not (s.forceall or "marker" in set(s.forcerun)):
         raise WorkflowError(f"{path}: {text}; this rerun needs its marker job forced, and this command's "
                             "--forcerun replaced the default profile's list: add marker to it (--forcerun marker …)")
-    state = [(str(f), st.st_size, st.st_mtime_ns) for f in consumer if (st := _stat(f))]
     key = hashlib.sha256(json.dumps([text, state]).encode()).hexdigest()[:12]
     path = f"{str(path).removesuffix('.txt')}.rerun-{key}.txt"
     MARKER_TEXT[path] = text
