@@ -92,20 +92,6 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert record["golden"] == str(built / "tests/golden/numerics" / golden_name("fedavg"))   # the committed one
 
 
-def test_a_dry_run_fetches_no_data(built):
-    """A dataset without a recorded status (a new machine, work/ deleted) was fetched while the DAG was built,
-    by `snakemake -n` too. The dry run now writes nothing: it takes the dataset as available, says so, and
-    plans what the run does (here nothing: the run records the status, the same as before, and finds the
-    table up to date)."""
-    run(f"snakemake -n --cores 2 {TABLE}", built)   # the first plan after the build: the numerics check's record
-    (built / "work/data/synthetic.json").unlink()
-    plan = pure_plan(built)
-    assert "synthetic: no status recorded here yet" in plan and "this dry run takes it as available" in plan
-    assert "Nothing to be done" in plan
-    assert "Nothing to be done" in run(f"snakemake --cores 1 {TABLE}", built)
-    assert json.loads((built / "work/data/synthetic.json").read_text())["available"]
-
-
 def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     """The numerics rule was enforced by the test suite only: a change of FedAvg's arithmetic without a
     numerics version bump left its finished runs adopted, tabulated beside runs of the new code with

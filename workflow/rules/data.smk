@@ -7,8 +7,7 @@
 # unavailable: ...)" instead of failing the table. The record is made when the DAG is built (the
 # first time a table needs it), not by a checkpoint: Snakemake does not re-evaluate a job whose
 # output exists while a checkpoint it depends on is pending, so a checkpoint here would hide
-# stale tables. To try again (new mirror, network): delete work/data/<dataset>.json. A dry run fetches
-# nothing: it takes a dataset without a status as available (data_status).
+# stale tables. To try again (new mirror, network): delete work/data/<dataset>.json.
 import subprocess
 
 
@@ -27,19 +26,9 @@ rule data:
         f" 2>&1 | tee {{log:q}}"
 
 
-_ASSUMED = set()   # datasets a dry run took as available
-
-
 def data_status(dataset):
-    """The recorded status of ``dataset``; fetched (or found unavailable) now if there is none yet. A dry
-    run fetches nothing: it takes the dataset as available (one line says so) and shows its data job."""
+    """The recorded status of ``dataset``; fetched (or found unavailable) now if there is none yet."""
     path = Path(f"{WORK}/data/{dataset}.json")
-    if not path.exists() and workflow.dryrun:
-        if dataset not in _ASSUMED:
-            _ASSUMED.add(dataset)
-            print(f"{dataset}: no status recorded here yet ({path}); this dry run takes it as available, a run "
-                  "fetches it first", file=sys.stderr)
-        return {"available": True}
     if not path.exists():
         # the CLI through this workflow's Python (FEDBAYES): a bare `fedbayes` is on PATH only in an
         # activated venv, and `.venv/bin/snakemake …` must work without activating it
