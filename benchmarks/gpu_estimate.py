@@ -23,12 +23,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def rows_by_key(path: Path) -> tuple[dict, str]:
+def rows_by_key(path: Path) -> tuple[dict, list[str]]:
     rows = json.loads(path.read_text())
     out = {}
     for r in rows:
         out[(r["experiment"], r["method"])] = r
-    return out, ", ".join(sorted({r["device_name"] for r in rows})) or "?"
+    return out, sorted({r["device_name"] for r in rows})
 
 
 def per_round(r: dict, samples) -> tuple[float, float]:
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--gpu", default=str(HERE / "batched_gpu.json"))
     ap.add_argument("--md", default=str(HERE / "gpu_estimate.md"))
     args = ap.parse_args()
-    gpu, device = rows_by_key(Path(args.gpu))
+    gpu, devices = rows_by_key(Path(args.gpu))
     by_method = defaultdict(list)
     for (exp, method), r in gpu.items():
         by_method[method].append(r)
@@ -92,13 +92,13 @@ def main() -> None:
     tot_eval = sum(g["eval_s"] for g in measured.values())
     runs_measured = sum(g["runs"] for g in measured.values())
     runs_all = sum(g["runs"] for g in groups.values())
-    lines = [f"# The committed Fashion-MNIST runs on one GPU ({device}), estimated", "",
+    lines = [f"# The committed Fashion-MNIST runs on one GPU ({', '.join(devices) or '?'}), estimated", "",
              f"`python benchmarks/gpu_estimate.py`: {runs_all} committed runs; {runs_measured} of them have a measured "
              f"GPU row (benchmarks/batched_gpu.md): **{(tot_train + tot_eval) / 60:.1f} min** "
              f"({tot_train / 60:.1f} training + {tot_eval / 60:.1f} evaluation). "
              + (f"The other {runs_all - runs_measured} runs' methods have no GPU row yet. " if runs_all > runs_measured else "")
              + ("Rows of different cards (the last column) were measured in different calls; their sum is an "
-                "estimate for either card, not a measurement." if "," in device else ""), "",
+                "estimate for either card, not a measurement." if len(devices) > 1 else ""), "",
              "| experiment | method | runs | rounds | train min | eval min | from |", "|---|---|---:|---:|---:|---:|---|"]
     for (exp, method), g in sorted(groups.items()):
         m = g["how"] != "not measured on the GPU"

@@ -2,7 +2,7 @@
 ``selected.json``. A file that does not parse, lacks what its writer always writes, or disagrees with
 the run's other files raises :class:`DamagedFile`, which names the file, what is wrong and the remedy;
 the CLI turns it into one line and exit status 2. The workflow asks :func:`run_problems` and
-:func:`metrics_problems` before it trusts a finished run, and reruns what they name instead.
+:func:`metrics_problems` (and :func:`selection_problems`) before it trusts a finished run, and reruns what they name instead.
 
 Torch-free and pandas-free (the workflow calls it while it builds the DAG)."""
 
@@ -276,6 +276,20 @@ def run_problems(run_dir: str | Path) -> list[str]:
     except OSError as e:
         return [f"{Path(e.filename or run_dir).name} unreadable ({e.strerror})"]
     return []
+
+
+def selection_problems(path: str | Path) -> tuple[list[str], dict | None]:
+    """(why an existing selected.json cannot be trusted, the selection read when it can): ([], None) when
+    it is absent (the selection job writes it)."""
+    path = Path(path)
+    if not path.exists():
+        return [], None
+    try:
+        return [], read_selected(path)
+    except DamagedFile as e:
+        return [f"{path} is damaged ({e.why})"], None
+    except OSError as e:
+        return [f"{path} unreadable ({e.strerror})"], None
 
 
 def metrics_problems(run_dir: str | Path) -> tuple[list[str], dict | None]:

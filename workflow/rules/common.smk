@@ -200,7 +200,7 @@ def missing_outputs(name, files, anchor):
 def selected_point(experiment, method):
     """Waits for the (experiment, method) sweep selection (a checkpoint) and returns its point. A damaged
     selected.json (fedbayes.runfiles.read_selected) is waited for as one not made yet: its select job
-    reruns (its marker, selection_problems), and Snakemake asks again when it has."""
+    reruns (its marker, damaged_selection), and Snakemake asks again when it has."""
     from snakemake.exceptions import IncompleteCheckpointException
     from snakemake.io import checkpoint_target
 
@@ -213,12 +213,10 @@ def selected_point(experiment, method):
 
 def recorded_point(selected):
     """The point a selected.json records, or None where it is missing or damaged."""
-    from fedbayes.runfiles import DamagedFile, read_selected
+    from fedbayes.runfiles import selection_problems
 
-    try:
-        return read_selected(selected)["point"]
-    except (DamagedFile, OSError):
-        return None
+    _, sel = selection_problems(selected)
+    return sel["point"] if sel else None
 
 
 wildcard_constraints:

@@ -63,21 +63,14 @@ rule evaluate:
         f"{FEDBAYES} evaluate {{params.out:q}} > {{log:q}} 2>&1"
 
 
-def selection_problems(wc):
-    """A damaged selected.json is made again: a marker naming the damage becomes the select job's input
-    (the tables and imports waiting for it: selected_point)."""
-    from fedbayes.runfiles import DamagedFile, read_selected
+def damaged_selection(wc):
+    """A damaged selected.json (fedbayes.runfiles.selection_problems) is made again: a marker naming the
+    damage becomes the select job's input (the tables and imports waiting for it: selected_point)."""
+    from fedbayes.runfiles import selection_problems
 
     f = selected_file(wc.experiment, wc.method)
-    try:
-        read_selected(f)
-        return []
-    except FileNotFoundError:
-        return []   # not made yet: the job runs for its output
-    except (DamagedFile, OSError) as e:
-        why = f"{f} is damaged ({e.why})" if isinstance(e, DamagedFile) else f"{f} unreadable ({e.strerror})"
-        return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}.selected.txt", "selected again because ",
-                            [why], [f])
+    return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}.selected.txt", "selected again because ",
+                        selection_problems(f)[0], [f])
 
 
 def selection_source(wc):
@@ -96,7 +89,7 @@ checkpoint select:
         # there still reaches this job through params.source (the point it selected)
         source=lambda wc: [ancient(f) for f in selection_source(wc)],
         code=fixed(code("reports/selection.py", "reports/cells.py", "runpaths.py", "runfiles.py")),
-        damaged=selection_problems,
+        damaged=damaged_selection,
     output:
         selected_file("{experiment}", "{method}"),
     params:

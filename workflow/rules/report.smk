@@ -51,16 +51,14 @@ def selected_runs(experiment, method, table_csv):
     existing selections are read, so waiting on a selection that does not exist yet made the table look up
     to date ("Nothing to be done") and hid every other edit of it. The table then reruns, the selection
     job runs (its output is a missing input), and when it finishes Snakemake re-evaluates this function,
-    which then reads the selected point and asks for its runs on every seed. The marker only where the
-    table exists (``table_csv``): a table not built yet is built anyway."""
+    which then reads the selected point and asks for its runs on every seed. No marker where the table
+    does not exist yet (marker_input): it is built anyway."""
 
     def inputs(wc):
         if not experiment_available(experiment):
             return []
         selected = selected_file(experiment, method)
         if not Path(selected).exists():
-            if not Path(table_csv).exists():
-                return [selected]
             return [selected] + missing_marker(experiment, method, [selected], table_csv)
         point = selected_point(experiment, method)
         runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
