@@ -67,9 +67,11 @@ def test_paper_models_have_the_papers_sizes_and_run_flat(name, shape, classes, n
 
 
 @pytest.mark.parametrize("name,shape", [("emnist_cnn", (1, 28, 28)), ("lenet5", (3, 32, 32)), ("resnet20_gn", (3, 32, 32))])
-def test_an_evaluation_split_into_row_chunks_has_the_whole_batchs_bits(name, shape):
-    """FlatModel evaluates a convolutional network EVAL_ROWS rows at a time (no gradient, CPU): the same
-    bits as one call on all rows, and a network with batch statistics or dropout is never split."""
+def test_an_evaluation_split_into_row_chunks_is_the_whole_batch_within_round_off(name, shape):
+    """FlatModel evaluates a convolutional network EVAL_ROWS rows at a time (no gradient, CPU): the whole
+    batch's values up to float32 round-off, the same bits every time, and a network with batch statistics
+    or dropout is never split. Bit for bit only where the CPU's matrix product rounds a row alike whatever
+    the row count (the goldens' AMD machine); an Intel Xeon's MKL changes the last bit with the row count."""
     import fedbayes.models as models
 
     torch.manual_seed(0)
@@ -79,7 +81,9 @@ def test_an_evaluation_split_into_row_chunks_has_the_whole_batchs_bits(name, sha
     with torch.no_grad():
         split = fm(w, x)
         whole = torch.func.functional_call(fm.module, (fm.unflatten(w), fm.buffers), (x,))
-    assert fm.row_wise and torch.equal(split.view(torch.int32), whole.view(torch.int32))
+        again = fm(w, x)
+    assert fm.row_wise and torch.equal(split.view(torch.int32), again.view(torch.int32))
+    torch.testing.assert_close(split, whole, rtol=1e-5, atol=1e-6)
     assert not FlatModel(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))).row_wise
     assert not FlatModel(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Dropout(0.5))).row_wise
 

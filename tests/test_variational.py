@@ -144,7 +144,10 @@ def test_mc_predictive_with_one_zero_variance_sample_is_the_point_prediction():
                      np.array([1, 1]))
     mc = predict(b, server, x, seed=3)
     assert np.abs(mc - predict(b, server, x, variant="mean")).max() > 1e-2
-    np.testing.assert_array_equal(mc, predict(b, server, x, seed=3, batch=7))
+    np.testing.assert_array_equal(mc, predict(b, server, x, seed=3))
+    # the draws evaluated 7 at a time: the same draws, rows computed in other blocks (bit for bit where the
+    # matrix product rounds a row alike whatever the row count; within float32 round-off everywhere)
+    np.testing.assert_allclose(mc, predict(b, server, x, seed=3, batch=7), rtol=1e-6, atol=1e-7)
 
 
 def test_variants_and_evaluation_cadence():

@@ -205,34 +205,79 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_replay(args) -> None:
-    """Retrain a finished run's first rounds with the code at hand and compare them with its history."""
+    """Retrain a finished run's first rounds with the code at hand and judge them against its history by
+    machine class (engine.replay.replay_verdict): bit-identical, within round-off, within the seed spread,
+    or differs (exit 1)."""
+    from fedbayes.engine.replay import replay_verdict
+
     if args.record and (why := unrecordable(code_identity())) is not None:   # before any replay work
         raise SystemExit(f"fedbayes replay --record: {why}")
-    bad = 0
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds {args.rounds}: replay at least one round")
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():
-            raise FileNotFoundError(f"{run_dir}: not a finished run (run.json and history.csv are needed)")
-        diffs = replay_run(run_dir, rounds=args.rounds, raw=args.root)
-        bad += bool(diffs)
+            raise ConfigError(f"{run_dir}: not a finished run (run.json and history.csv are needed)")
+        try:
+            of = int(json.loads((Path(run_dir) / "run.json").read_text())["config"]["rounds"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{run_dir}/run.json is damaged ({type(e).__name__}: {e})") from None
+        if args.rounds > of:
+            raise ConfigError(f"--rounds {args.rounds}: {run_dir} has {of} rounds")
+    if args.rows_out:   # the replayed rows only (engine.replay.perturbed_rows' child)
+        from fedbayes.engine.replay import replay_rows
+
+        rows = replay_rows(args.run_dirs[0], args.rounds, args.root)
+        if isinstance(rows, str):
+            raise ConfigError(rows)
+        write_text_atomic(Path(args.rows_out), json.dumps(rows[1]))
+        return
+    bad = 0
+    for run_dir in args.run_dirs:
+        v = replay_verdict(run_dir, rounds=args.rounds, raw=args.root)
+        bad += v["verdict"] == "differs"
         recorded = ""
-        if args.record and not diffs:
-            r = record_replay(run_dir, args.rounds)
+        if args.record and v["verdict"] != "differs":
+            r = record_replay(run_dir, args.rounds, v)
             recorded = f" (recorded in run.json: replayed at {r['commit'][:12]}, rounds {r['rounds']} of {r['of']})"
-        print(f"{run_dir}: " + ("rounds 0-%d bit-identical" % args.rounds + recorded if not diffs else
-                                 f"{len(diffs)} values differ, first: {diffs[0]}"), flush=True)
+        print(f"{run_dir}: {v['line']}{recorded}", flush=True)
     if bad:
-        print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs do not replay; a change that alters numbers "
-              "bumps its numerics version (the method spec's numerics, or fedbayes/catalog.py CORE_NUMERICS)", file=sys.stderr)
+        print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs differ beyond round-off and the seed spread; a change "
+              "that alters numbers bumps its numerics version (the method spec's numerics, or fedbayes/catalog.py "
+              "CORE_NUMERICS)", file=sys.stderr)
         sys.exit(1)
 
 
 def cmd_numerics_check(args) -> None:
-    """The workflow's numerics rule (engine.replay.numerics_check): exit 0 with the method's check recorded,
-    or 1 with one line naming the method and the first value its code no longer computes."""
-    problem = numerics_check(args.method, args.goldens, args.record, json.loads(args.hparams) if args.hparams else None)
-    if problem:
-        print(f"fedbayes numerics-check: {problem}", file=sys.stderr)
-        sys.exit(1)
+    """The workflow's numerics rule (engine.replay.numerics_check) for one or more methods in one process:
+    exit 0 with each method's check recorded (one line when this machine rounds differently from the
+    goldens' machine), or 1 with one line naming the method and the first value its code no longer
+    computes."""
+    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.engine.replay import check_due, golden_name, roundoff_note
+
+    if args.record and len(args.methods) != 1:
+        raise ConfigError("--record names one method's record; give one method, or --work")
+    methods = sorted(m for m in METHOD_SPECS if (Path(args.goldens) / golden_name(m)).exists()) if args.all else args.methods
+    if not methods:
+        raise ConfigError("name the methods to check, or --all")
+    unknown = [m for m in methods if m not in METHOD_SPECS]
+    if unknown:
+        raise ConfigError(f"not installed: {', '.join(unknown)} (`fedbayes methods` lists them)")
+    hparams = json.loads(args.hparams) if args.hparams else None
+    records = []
+    for i, m in enumerate(methods):
+        record = Path(args.record) if args.record else Path(args.work) / "numerics" / f"{m}.json"
+        hp = hparams if i == 0 else None
+        if args.due_only and not check_due(m, record, hp):
+            continue
+        problem = numerics_check(m, args.goldens, record, hp)
+        if problem:
+            print(f"fedbayes numerics-check: {problem}", file=sys.stderr)
+            sys.exit(1)
+        records.append(record)
+    note = roundoff_note(records)
+    if note:
+        print(f"fedbayes numerics-check: {note}", flush=True)
 
 
 def cmd_table(args) -> None:
@@ -379,22 +424,30 @@ def main(argv=None) -> None:
     sp.add_argument("run_dir", help="a finished run's directory (fedbayes train --out)")
     sp.set_defaults(fn=cmd_evaluate)
 
-    sp = sub.add_parser("replay", help="retrain a finished run's first rounds and compare them bit for bit")
+    sp = sub.add_parser("replay", help="retrain a finished run's first rounds and compare them: bit for bit on its "
+                                       "machine class, within round-off or the seed spread on another")
     sp.add_argument("run_dirs", nargs="+", help="finished runs' directories")
     sp.add_argument("--rounds", type=int, default=1, help="how many first rounds to retrain (default: %(default)s)")
     sp.add_argument("--root", default="data/raw", help="where the datasets are (fedbayes data; default: %(default)s)")
     sp.add_argument("--record", action="store_true",
-                    help="record an identical replay in the run's run.json (\"replayed\"; a clean checkout only): "
+                    help="record the replay's verdict in the run's run.json (\"replayed\"; a clean checkout only): "
                          "the provenance of a run trained from a modified tree or before run.json recorded its code")
+    sp.add_argument("--rows-out", help=argparse.SUPPRESS)
     sp.set_defaults(fn=cmd_replay)
 
-    sp = sub.add_parser("numerics-check", help="replay a method's numerics golden; record the code it holds for "
+    sp = sub.add_parser("numerics-check", help="replay methods' numerics goldens (bit for bit on their machine class, "
+                                               "within round-off on another); record the code they hold for "
                                                "(the workflow runs it when the code changed since the last check)")
-    sp.add_argument("method", help="a method key")
+    sp.add_argument("methods", nargs="*", help="method keys (one process for all)")
+    sp.add_argument("--all", action="store_true", help="every installed method with a committed golden")
+    sp.add_argument("--due-only", action="store_true", help="only the methods whose code changed since their last check")
     sp.add_argument("--goldens", default="tests/golden/numerics", help="the committed numerics goldens "
                     "(default: %(default)s)")
-    sp.add_argument("--record", required=True, help="the check's record (work/numerics/<method>.json)")
-    sp.add_argument("--hparams", help="JSON: a run's hyperparameters, for a method without a committed golden")
+    sp.add_argument("--work", default="work", help="where each check's record goes: <work>/numerics/<method>.json "
+                    "(default: %(default)s)")
+    sp.add_argument("--record", help="one method's record file instead (default: under --work)")
+    sp.add_argument("--hparams", help="JSON: a run's hyperparameters, for the first method (a method without a committed "
+                    "golden gets one from them)")
     sp.set_defaults(fn=cmd_numerics_check)
 
     sp = with_params(sub.add_parser("table", help="build a table (ours vs published): its CSV, .md and figures"))

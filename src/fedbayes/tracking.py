@@ -65,6 +65,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
+from fedbayes.machine import class_id
 from fedbayes.catalog import METHOD_VARIANTS, recorded_defaults
 from fedbayes.config import (ConfigError, experiment_config, load_params, paths, seeds, selection_seeds,
                              stand_in_size, swept_points, table_figures)
@@ -640,6 +641,8 @@ def _write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info
             **code, "times": how, "config_hash": info["config_hash"],
             "partition_hash": info["config"].get("partition_hash", ""),
             "device": info.get("device", ""), "device_name": info.get("device_name", ""),
+            # the machine class that computed its bits (fedbayes.machine); runs from before the record: none
+            "machine_class": class_id(info["machine"]) if isinstance(info.get("machine"), dict) else "not recorded",
             "torch": info.get("torch", ""), "run_dir": _relative(run_dir),
             "predictions": _relative(run_dir / "predictions.npz")}
     if "diverged" in info:  # a finished run whose training became NaN/inf at that round

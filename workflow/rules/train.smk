@@ -21,55 +21,51 @@ def numerics_key(wc):
 
 
 _NUMERICS_CHECKED = set()   # (method, code path tag) checked in this process
-_NUMERICS_BATCHED = set()   # methods whose committed goldens this process checked
+_NUMERICS_ALL = []          # set once this process has checked every due method with a committed golden
 
 
-def numerics_checked(method, hparams, experiment_name):
+def numerics_checked(method, hparams):
     """The numerics rule, enforced here (fedbayes.engine.replay.numerics_check): the first time a DAG
-    meets a finished run of ``method`` while the code (fedbayes' sources, a plug-in's package, the
-    numerics versions) differs from the code of the method's last check (work/numerics/<method>.json),
-    its numerics goldens are replayed (3 rounds of a tiny problem, one CPU thread, about a second each
-    after torch's import; one golden per code path its runs take, engine.replay.path_signature): the
-    same numbers adopt the code silently; others stop the DAG before any job, one line naming the method
-    and the first differing value. A run taking a path no golden covers gets a baseline on its first
-    check. Unchanged code costs a source hash, nothing else; each method and path is checked once a
-    process, and the due methods of ``experiment_name`` that have a committed golden are checked in the
-    same process (torch imported once)."""
+    meets a finished run while the code (fedbayes' sources, a plug-in's package, the numerics versions)
+    or the machine class differs from that of a method's last check (work/numerics/<method>.json), the
+    goldens of every such method with a committed golden are replayed, all in one process
+    (`fedbayes numerics-check`, about 15 s for the 35 goldens): bit for bit on the goldens' machine class,
+    within the round-off envelope on another (one line says so, and this machine's goldens are recorded
+    under work/numerics/<class>/); a real change stops the DAG before any job, naming the method and the
+    first value outside. A run taking a code path no golden covers (a plug-in, a new option) gets a
+    baseline on its first check. Unchanged code on the same machine costs a source hash, nothing else."""
+    from fedbayes.catalog import METHOD_SPECS
     from fedbayes.engine.replay import check_due, golden_name, run_tag
 
     key = (method, run_tag(method, hparams))
     if key in _NUMERICS_CHECKED:
         return
     goldens = Path(workflow.basedir, "tests/golden/numerics")
+    if not _NUMERICS_ALL:
+        _NUMERICS_ALL.append(True)
+        due = [m for m in sorted(METHOD_SPECS) if (goldens / golden_name(m)).exists()
+               and check_due(m, f"{WORK}/numerics/{m}.json")]
+        if due:
+            _numerics_check_process(goldens, due)
     if check_due(method, f"{WORK}/numerics/{method}.json", hparams):
-        import subprocess
-
-        # the due methods of this run's experiment that have a committed golden are checked with it, in the
-        # one process (torch is imported once, not once per method)
-        batch = [method] + [m for m in experiment(experiment_name)["methods"]
-                            if m != method and m not in _NUMERICS_BATCHED and (goldens / golden_name(m)).exists()
-                            and check_due(m, f"{WORK}/numerics/{m}.json")]
-        r = subprocess.run([sys.executable, "-c", NUMERICS_CHECK, str(goldens), WORK, json.dumps(hparams), *batch],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            lines = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()
-            line = next((l for l in lines if l.startswith("fedbayes numerics-check: ")), lines[-1])
-            raise WorkflowError(line)
-        _NUMERICS_BATCHED.update(batch)
+        _numerics_check_process(goldens, [method], hparams)
     _NUMERICS_CHECKED.add(key)
 
 
-# `fedbayes numerics-check` for several methods in one process: argv goldens, work, the first method's
-# run hparams (for a method without a committed golden), methods
-NUMERICS_CHECK = """
-import json, sys
-from fedbayes.engine.replay import numerics_check
-goldens, work, hparams, *methods = sys.argv[1:]
-for i, m in enumerate(methods):
-    problem = numerics_check(m, goldens, f"{work}/numerics/{m}.json", json.loads(hparams) if i == 0 else None)
-    if problem:
-        sys.exit(f"fedbayes numerics-check: {problem}")
-"""
+def _numerics_check_process(goldens, methods, hparams=None):
+    """`fedbayes numerics-check` in one process for ``methods``: its round-off line passed on, its failure
+    raised as the DAG's one-line error."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "fedbayes.cli", "numerics-check", *methods, "--goldens", str(goldens), "--work", WORK]
+    r = subprocess.run(cmd + (["--hparams", json.dumps(hparams)] if hparams is not None else []),
+                       capture_output=True, text=True)
+    lines = (r.stderr.strip() + "\n" + r.stdout.strip()).strip().splitlines()
+    said = [l for l in lines if l.startswith("fedbayes numerics-check: ")]
+    if r.returncode != 0:
+        raise WorkflowError(said[0] if said else (lines[-1] if lines else f"exit status {r.returncode}"))
+    for line in said:
+        print(line, file=sys.stderr)
 
 
 def changed_config(wc):
@@ -96,7 +92,7 @@ def changed_config(wc):
     if not changed:
         info = json.loads((d / "run.json").read_text())
         cfg = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)
-        numerics_checked(wc.method, cfg["hparams"], wc.experiment)
+        numerics_checked(wc.method, cfg["hparams"])
         changed = config_changes(info["config"], cfg)
         changed += [f"default of {wc.method}'s {k} {then!r} -> {now!r}"
                     for k, (then, now) in default_changes(wc.method, cfg["hparams"], info.get("defaults")).items()]

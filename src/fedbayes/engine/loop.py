@@ -33,6 +33,7 @@ from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
+from fedbayes.machine import machine_class
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import build_method, method_specs
 from fedbayes.methods.core.base import ClientData, Method
@@ -429,6 +430,10 @@ def _write_outputs(out: Path, cfg, key, history, server, data: RunData, device, 
             # an installed package's method: its distribution, version and source hash (built-in: nothing)
             **({"plugin": plugin_identity(cfg["method"])} if plugin_identity(cfg["method"]) else {}),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "device": str(device),
+            # what decides its bits besides code and configuration (fedbayes.machine: bits within a class,
+            # round-off across classes)
+            "machine": {**machine_class(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
+                        "aten": torch.backends.cpu.get_cpu_capability()},
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
             "torch": torch.__version__, "python": sys.version.split()[0], "threads": torch.get_num_threads(),
             "wall_s": history[-1].get("wall_s"), "client_sizes": [int(n) for n in sizes],
