@@ -77,7 +77,8 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert planned_training(built) == set()
     checked = mtimes(built, "work/numerics/*.json")
     records = {f for f in checked if re.fullmatch(r"work/numerics/\w+\.json", f)}   # besides baselines of new paths
-    assert records == {"work/numerics/fedavg.json", "work/numerics/fedprox.json"}
+    # every method with a committed golden is checked in the one process of the first planning
+    assert {"work/numerics/fedavg.json", "work/numerics/fedprox.json", "work/numerics/bayesadmm.json"} <= records
     assert planned_training(built) == set() and mtimes(built, "work/numerics/*.json") == checked  # no edit: no check
     for rel in ("src/fedbayes/methods/fedavg/algorithm.py", "src/fedbayes/methods/core/base.py", "src/fedbayes/engine/loop.py",
                 "src/fedbayes/eval/metrics.py"):
@@ -87,8 +88,14 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     # the numerics check ran again on the edited code, found the same numbers and adopted it silently
     from fedbayes.engine.replay import golden_name
 
+    from fedbayes.machine import class_slug, machine_class, same_class
+
     record = json.loads((built / "work/numerics/fedavg.json").read_text())
-    assert mtimes(built, "work/numerics/*.json") != checked and record["result"] == "bit-identical"
+    goldens_class = json.loads((built / "tests/golden/numerics/machine.json").read_text())["machine"]
+    # bit for bit on the goldens' machine class; on another (or emulated: ATEN_CPU_CAPABILITY=default), within round-off
+    own = (built / "tests/golden/numerics" / class_slug(machine_class())).is_dir()   # this class's committed goldens
+    expected = "bit-identical" if own or same_class(goldens_class, machine_class()) else "within round-off"
+    assert mtimes(built, "work/numerics/*.json") != checked and record["result"] == expected
     assert record["golden"] == str(built / "tests/golden/numerics" / golden_name("fedavg"))   # the committed one
 
 
@@ -102,7 +109,9 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     f = built / "src/fedbayes/methods/fedprox/algorithm.py"   # FedProx's client (FedAvg's server, which FedProx runs too)
     old = 'w_g, alpha = down["w"], float(self.p.alpha)'
     assert f.read_text().count(old) == 2   # the sequential client (a CPU's) first, then the batched one
-    f.write_text(f.read_text().replace(old, old + " * (1 + 1e-3)", 1))
+    # the proximal weight doubled (μ for μ/2, a convention slip): bits on the goldens' class, and far beyond
+    # round-off on another (1,100× the envelope), so the DAG stops on every class
+    f.write_text(f.read_text().replace(old, old + " * 2", 1))
     out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False)
     said = [line for line in out.splitlines() if "changed without a numerics version bump" in line]
     assert said and len(set(said)) == 1, out[-3000:]
