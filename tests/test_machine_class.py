@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,3 +109,19 @@ def test_a_real_numbers_change_stops_on_every_class(tmp_path, emulated):
         assert ("bit for bit on its own machine class" in line) == same, line
         assert ("beyond round-off" in line) == (not same), line
         assert not (tmp_path / "work" / "numerics" / "fedprox.json").exists()
+
+
+def test_a_committed_run_replays_on_another_class_within_round_off_or_its_seed_spread():
+    """`fedbayes replay` on the emulated class: the verdict of a committed run is round-off (round 0) and
+    the seed spread (round 1, where training amplifies it) with the numbers shown, exit 0; never a
+    failure for round-off alone."""
+    from dagutil import require_fmnist
+
+    require_fmnist(pytest)
+    run = "results/runs/fmnist10-dir-k10/fedlap/delta=0.0001+local_epochs=5/seed1"
+    r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "replay", run, "--root", "data/raw"], cwd=REPO,
+                       capture_output=True, text=True, env={**os.environ, **EMULATED}, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    line = [l for l in r.stdout.splitlines() if l.startswith(run)][0]
+    assert re.search(r": (rounds 0-1 (bit-identical|within round-off)|round 0 within round-off, round 1 within the "
+                     r"seed spread: train/loss \S+ -> \S+ \(\|Δ\| \S+; 3 seeds)", line), line

@@ -123,6 +123,30 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     assert planned and {r[1] for r in planned} == {"fedprox"}
 
 
+def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_trains_what_is_due(built):
+    """The DAG on another machine class, emulated (``ATEN_CPU_CAPABILITY=default``: PyTorch's kernels
+    without vector instructions round differently on the same CPU): the goldens replay within round-off,
+    one line says so, no finished run is retrained, and a deleted run trains and its table builds under
+    that class (its run.json records it); a real change of FedProx's numbers still stops the DAG there."""
+    other = {"ATEN_CPU_CAPABILITY": "default"}
+    plan = run(f"snakemake -n --cores 2 {TABLE}", built, **other)
+    said = [line for line in plan.splitlines() if line.startswith("fedbayes numerics-check: ")]
+    assert len(said) == 1 and "rounds differently from the goldens' machine" in said[0] and "DEFAULT" in said[0], plan[-3000:]
+    assert planned_training(built, plan) == set()
+    victim = sorted((built / "results/runs").rglob("history.csv"))[0].parent
+    shutil.rmtree(victim)
+    run(f"snakemake --cores 2 {TABLE}", built, **other)
+    info = json.loads((victim / "run.json").read_text())
+    assert info["machine"]["aten"] == "DEFAULT" and (built / TABLE).exists()
+    assert planned_training(built) == set()   # back on this machine's class: the run is adopted, nothing trains
+    f = built / "src/fedbayes/methods/fedprox/algorithm.py"
+    old = 'w_g, alpha = down["w"], float(self.p.alpha)'
+    f.write_text(f.read_text().replace(old, old + " * 2", 1))
+    out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False, **other)
+    assert re.search(r"fedprox's numbers changed without a numerics version bump: round \d+: \S+ \S+ != \S+ .*"
+                     r"beyond round-off", out), out[-3000:]
+
+
 @pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
 def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
     if metadata == "fresh clone":  # no record of the params the runs were made with: run.json decides

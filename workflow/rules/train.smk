@@ -47,14 +47,17 @@ def numerics_checked(method, hparams):
                and check_due(m, f"{WORK}/numerics/{m}.json")]
         if due:
             _numerics_check_process(goldens, due)
-    if check_due(method, f"{WORK}/numerics/{method}.json", hparams):
-        _numerics_check_process(goldens, [method], hparams)
+    if check_due(method, f"{WORK}/numerics/{method}.json", hparams):   # its round-off line was said above
+        _numerics_check_process(goldens, [method], hparams, say=not _NUMERICS_SAID)
     _NUMERICS_CHECKED.add(key)
 
 
-def _numerics_check_process(goldens, methods, hparams=None):
-    """`fedbayes numerics-check` in one process for ``methods``: its round-off line passed on, its failure
-    raised as the DAG's one-line error."""
+_NUMERICS_SAID = []   # the round-off line, once a planning
+
+
+def _numerics_check_process(goldens, methods, hparams=None, say=True):
+    """`fedbayes numerics-check` in one process for ``methods``: its round-off line passed on (``say``),
+    its failure raised as the DAG's one-line error."""
     import subprocess
 
     cmd = [sys.executable, "-m", "fedbayes.cli", "numerics-check", *methods, "--goldens", str(goldens), "--work", WORK]
@@ -64,8 +67,9 @@ def _numerics_check_process(goldens, methods, hparams=None):
     said = [l for l in lines if l.startswith("fedbayes numerics-check: ")]
     if r.returncode != 0:
         raise WorkflowError(said[0] if said else (lines[-1] if lines else f"exit status {r.returncode}"))
-    for line in said:
+    for line in said if say else ():
         print(line, file=sys.stderr)
+        _NUMERICS_SAID.append(line)
 
 
 def changed_config(wc):
