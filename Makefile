@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup data table1 mlflow smoke rehearsal report test bench clean-smoke clean-rehearsal mlflow-ui dvc.yaml
+.PHONY: setup data table1 mlflow smoke rehearsal report test test-all bench clean-smoke clean-rehearsal mlflow-ui dvc.yaml
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -71,7 +71,13 @@ clean-smoke:
 clean-rehearsal:
 	rm -rf reports/rehearsal results/runs/rehearsal data/partitions/rehearsal work/rehearsal data/raw-stand-in
 
+# the first tier: unit and workflow tests (the real DAG on synthetic data), without the rehearsal, the
+# integration DAG and Slurm
 test: setup
+	$(VENV)/bin/pytest -q -n auto --dist loadfile -m "not full"
+
+# every test, both tiers: what CI runs (.ci/run)
+test-all: setup
 	$(VENV)/bin/pytest -q -n auto --dist loadfile
 
 bench: setup

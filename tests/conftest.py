@@ -19,7 +19,19 @@ SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test
               "test_recovery.py", "test_rerun_rule.py", "test_edit_loop.py", "test_method_plugins.py")
 
 
+# The second tier (`make test-all`, what CI runs): the stand-in rehearsal of every experiment, the real
+# smoke DAG with DVC and MLflow, and a Slurm cluster. `make test` leaves them out (-m "not full").
+FULL_TIER = ("test_rehearsal.py", "test_integration.py", "test_slurm.py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "full: the second test tier (rehearsal, integration, Slurm): make test-all")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FULL_TIER:
+            item.add_marker(pytest.mark.full)
     rank = {name: i for i, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))   # stable: keeps the rest's order
 

@@ -359,13 +359,17 @@ def code_tags(info: dict) -> dict[str, str]:
     if commit:  # the UI shows it (6 characters) beside the source name in a run's "Source" row
         tags |= {"mlflow.source.git.commit": commit, "mlflow.source.name": "fedbayes train",
                  "mlflow.source.type": "LOCAL"}
-    replayed = info.get("replayed")   # a later clean commit gave its first rounds bit for bit (fedbayes replay --record)
+    replayed = info.get("replayed")   # a later clean commit replayed its first rounds (fedbayes replay --record)
     if replayed:
+        # bit for bit, or on another machine class the replay's verdict (within round-off, the seed spread, …)
+        how = "bit for bit" if replayed.get("identical", True) else str(replayed.get("verdict"))
+        on = f" on {replayed['machine']}" if replayed.get("machine") else ""
         tags |= {"replayed_commit": str(replayed.get("commit")),
                  "replayed_rounds": f"{replayed.get('rounds')} of {replayed.get('of')}",
+                 "replayed_verdict": how,
                  "provenance": (f"trained from {'a modified tree of ' + commit[:12] if commit and dirty else 'code not recorded'}; "
-                                f"rounds 0-{replayed.get('rounds')} of {replayed.get('of')} replayed bit for bit at the "
-                                f"clean commit {str(replayed.get('commit'))[:12]}")}
+                                f"rounds 0-{replayed.get('rounds')} of {replayed.get('of')} replayed {how} at the "
+                                f"clean commit {str(replayed.get('commit'))[:12]}{on}")}
     plugin = info.get("plugin")   # an installed package's method (provenance.plugin_identity)
     if plugin:
         tags |= {"plugin": str(plugin.get("distribution")), "plugin_version": str(plugin.get("version")),
