@@ -22,13 +22,14 @@ from fedbayes.engine.partitions import check_partition_target, data_root, ensure
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
+from fedbayes.ownership import check_outputs
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
 from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
 from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
-from fedbayes.runpaths import run_dir
+from fedbayes.runpaths import run_dir, selected_file
 from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
 
 
@@ -283,8 +284,16 @@ def cmd_numerics_check(args) -> None:
 def cmd_table(args) -> None:
     p = _params(args)
     from fedbayes.reports.scorecard import table_summary
-    from fedbayes.reports.tables import build_table, built_files  # (lazy: matplotlib, pandas)
+    from fedbayes.reports.tables import build_table, built_files, table_csv  # (lazy: matplotlib, pandas)
 
+    if args.table not in p["tables"]:
+        raise ConfigError(f"table {args.table!r}: not a table of params.yaml `tables` {sorted(p['tables'])}")
+    files = built_files(p, args.table, args.out)
+    check_outputs(p, "--out", files, built_files(p, args.table, table_csv(p, args.table)), ".csv")
+    md = Path(args.out).with_suffix(".md")
+    if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a table's
+        raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a table's; "
+                          "give another path")
     df = build_table(p, args.table, out=args.out)
     print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
 
@@ -333,7 +342,11 @@ def cmd_toy(args) -> None:
 def cmd_select(args) -> None:
     from fedbayes.reports.selection import write_selection  # (lazy: pandas)
 
-    sel = write_selection(_params(args), args.experiment, args.method, args.out)
+    p = _params(args)
+    own = selected_file(paths(p), args.experiment, args.method)
+    if args.out:
+        check_outputs(p, "--out", [Path(args.out)], [own], ".json")
+    sel = write_selection(p, args.experiment, args.method, args.out)
     if "from" in sel["criterion"]:
         print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
     for c in sel["candidates"]:
@@ -345,9 +358,18 @@ def cmd_sweep_report(args) -> None:
     p = _params(args)
     from fedbayes.reports.selection import sweep_frame  # (lazy: pandas)
 
+    check_outputs(p, "--out", [Path(args.out)], sweep_report_files(p, args.experiment), ".csv")
     df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))
+
+
+def sweep_report_files(p: dict, experiment: str) -> list[Path]:
+    """Where the workflow keeps an experiment's sweep report: ``<reports>/sweeps/<experiment>.csv``, and
+    ``<reports>/<folder>/sweep_<experiment>.csv`` beside each table with ``sweeps: beside``."""
+    reports = Path(paths(p)["reports"])
+    folders = sorted({t.rpartition("/")[0] for t, s in p["tables"].items() if s.get("sweeps") == "beside"} - {""})
+    return [reports / "sweeps" / f"{experiment}.csv"] + [reports / f / f"sweep_{experiment}.csv" for f in folders]
 
 
 def cmd_track(args) -> None:

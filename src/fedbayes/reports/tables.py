@@ -320,23 +320,36 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def table_csv(p: dict, name: str) -> Path:
+    """The table's CSV in the workflow: ``<reports>/<name>.csv``."""
+    return Path(paths(p)["reports"]) / f"{name}.csv"
+
+
+def figure_dir(p: dict, name: str, out: str | Path) -> Path:
+    """Where the table's figures go: ``<reports>/figures/`` for the workflow's CSV, else beside ``out``
+    (a table built elsewhere never rewrites the workflow's figures)."""
+    if Path(out).resolve() == table_csv(p, name).resolve():
+        return Path(paths(p)["reports"]) / "figures"
+    return Path(out).parent
+
+
 def built_files(p: dict, name: str, out: str | Path) -> list[Path]:
     """The files ``build_table`` writes: the CSV, its rendered .md and the table's figures."""
     out = Path(out)
-    fig_dir = Path(paths(p)["reports"]) / "figures"
+    fig_dir = figure_dir(p, name, out)
     return [out, out.with_suffix(".md")] + [fig_dir / f for f in table_figures(name, p["tables"][name])]
 
 
 def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus its
-    figures under ``reports/figures/`` (``config.table_figures``: learning curves, and reliability
-    diagrams where ECE is a metric; none for a table whose experiments are all ``not_comparable``)."""
+    figures (``config.table_figures``: learning curves, and reliability diagrams where ECE is a metric; none
+    for a table whose experiments are all ``not_comparable``) under :func:`figure_dir`."""
     out = Path(out)
     df = table_rows(p, name)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
     write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
     spec = p["tables"][name]
-    fig_dir = Path(paths(p)["reports"]) / "figures"
+    fig_dir = figure_dir(p, name, out)
     for f in table_figures(name, spec):
         (learning_curves if f.endswith("_curves.png") else reliability)(p, spec, fig_dir / f)
     return df
