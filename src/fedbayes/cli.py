@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -100,12 +101,23 @@ def cmd_partition(args) -> None:
         write_partition(p, args.experiment, args.seed, args.out, args.figure)
 
 
+THREADS_PER_CPU = 4   # oversubscription a job may ask for; far more makes torch's thread pool crash (SIGSEGV)
+
+
+def max_threads() -> int:
+    """The most intra-op threads ``fedbayes train --threads`` accepts on this machine."""
+    return (os.cpu_count() or 1) * THREADS_PER_CPU
+
+
 def check_train_args(p: dict, args) -> dict:
     """Every argument of ``fedbayes train`` checked against params.yaml before any file is touched; returns
     the run's resolved configuration. ConfigError names the argument and what is accepted."""
     exp, method, point, seed = args.experiment, args.method, args.point, args.seed
     if args.threads < 0:
         raise ConfigError(f"--threads {args.threads}: a number of threads (0: PyTorch's default)")
+    if args.threads > max_threads():
+        raise ConfigError(f"--threads {args.threads}: at most {max_threads()} threads on this machine "
+                          f"({os.cpu_count()} CPUs × {THREADS_PER_CPU}); 0 takes PyTorch's default")
     if exp not in p["experiments"]:
         raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(p['experiments'])}")
     methods = list(experiment_config(p, exp)["methods"])
@@ -162,10 +174,14 @@ def _train(p: dict, args, cfg: dict) -> None:
     from fedbayes.engine.data import load_run_data  # these two import torch (seconds): only a training job pays it
     from fedbayes.engine.loop import pick_device, run_federated
 
-    # a (re)training run invalidates the run's metrics first: Snakemake deletes history.csv and run.json
-    # before the job, and if the job is then killed an old metrics.json would still look up to date to
-    # a later `snakemake <run>/metrics.json` (it does not look behind an existing target's missing inputs)
-    (Path(args.out) / "metrics.json").unlink(missing_ok=True)
+    # a (re)training run invalidates the run's metrics: Snakemake deletes history.csv and run.json before
+    # the job, and if the job is then killed an old metrics.json would still look up to date to a later
+    # `snakemake <run>/metrics.json` (it does not look behind an existing target's missing inputs). With
+    # its history gone, metrics.json describes nothing and goes now; beside a history it still describes,
+    # it goes only once training starts (a job failing on its data or device first costs nothing).
+    metrics = Path(args.out) / "metrics.json"
+    if not (Path(args.out) / "history.csv").exists():
+        metrics.unlink(missing_ok=True)
     # a run depends only on committed files in the DAG (so a fresh clone reuses finished runs): it
     # fetches its data and writes its partition itself when they are missing
     for d in (cfg["dataset"], cfg.get("ood")):
@@ -178,6 +194,7 @@ def _train(p: dict, args, cfg: dict) -> None:
     data, meta = load_run_data(data_root(p), cfg, partition, device)
     cfg["partition_hash"] = meta["hash"]
     batch = p.get("batch_clients", "auto")
+    metrics.unlink(missing_ok=True)
     run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True),
                   batch_clients=None if batch == "auto" else bool(batch))
 
