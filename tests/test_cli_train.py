@@ -385,3 +385,20 @@ def test_a_full_disk_while_writing_a_partition_leaves_no_file_and_is_one_line(se
     assert str(named) in lines[0] and "Traceback" not in err, err
     left = sorted(f.name for f in out.parent.iterdir() if not f.name.endswith(".lock")) if out.parent.exists() else []
     assert left == ([] if where == "archive" else ["seed0.npz"]), left
+
+
+@pytest.mark.parametrize("lock", ["train", "data", "partition"])
+def test_a_symlinked_lock_file_is_refused_in_one_line(setup, capsys, tmp_path, lock):
+    """A lock file planted as a symbolic link (the trainer's, the dataset's, the partition's) stops the
+    job in one line naming it; the link's target is neither truncated nor written."""
+    d, p = setup
+    where = {"train": run_dir(p).parent / f".{run_dir(p).name}.train.lock",
+             "data": Path(paths(p)["raw"]) / "synthetic.lock",
+             "partition": Path(str(part_file(p)) + ".lock")}[lock]
+    where.parent.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    where.symlink_to(victim)
+    code, err = train(d, capsys)
+    assert code == 2 and err.count("\n") == 1 and f"{where}" in err and "symbolic link" in err, err
+    assert victim.read_text() == "precious\n"

@@ -21,7 +21,7 @@ from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
-from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
+from fedbayes.fileio import LockHeld, LockRefused, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
 from fedbayes.ownership import check_outputs
 from fedbayes.partition import PartitionIntegrityError
@@ -545,7 +545,7 @@ def main(argv=None) -> None:
     try:
         args.fn(args)
     except (ConfigError, DataUnavailableError, DataIntegrityError, PartitionIntegrityError, DamagedFile,
-            FileNotFoundError) as e:
+            FileNotFoundError, LockRefused) as e:
         print(f"fedbayes {args.cmd}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:  # a full disk, a read-only or forbidden place: one line, not a traceback
