@@ -575,3 +575,40 @@ def test_a_table_never_overwrites_a_markdown_file_of_its_own(table_params, tmp_p
     code, err = _cli(["table", "table1", "--out", str(readme.with_suffix(".csv"))], capsys, monkeypatch, table_params)
     assert code == 2 and f"{readme} exists without" in err, err
     assert readme.read_text() == "# mine\n" and not readme.with_suffix(".csv").exists()
+
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def test_a_script_title_note_and_status_are_text_in_the_tables_markdown(table_params, tmp_path):
+    """The table's .md (shown as HTML by `snakemake --report` and by Git hosts) prints every user-supplied
+    string as text: a `<script>` title, raw HTML in its notes file, a data status's reason."""
+    p = copy.deepcopy(table_params)
+    notes = tmp_path / "notes.md"
+    notes.write_text(f"Keep `<experiment>` as code.\n\n<img src=x onerror=alert(2)>\n\n```\n<kept>\n```\n")
+    p["tables"]["table1"].update(title=f"T1 {SCRIPT}\n\n<b>x</b> [link](javascript:alert(3))", notes=str(notes))
+    exp = p["tables"]["table1"]["experiments"][0]
+    dataset = p["experiments"][exp]["dataset"]
+    (tmp_path / "work" / "data" / f"{dataset}.json").write_text(
+        json.dumps({"dataset": dataset, "available": False, "reason": f"server said {SCRIPT}"}))
+    out = tmp_path / "reports" / "table1.csv"
+    build_table(p, "table1", out)
+    md = out.with_suffix(".md").read_text()
+    assert "<script" not in md and "<img" not in md and "<b>" not in md and "](javascript:" not in md, md
+    assert md.startswith("# table1: T1 &lt;script&gt;alert(1)&lt;/script&gt; ")      # one line, printed as text
+    assert "server said &lt;script&gt;" in md
+    assert "Keep `<experiment>` as code." in md and "```\n<kept>\n```" in md        # code stays code
+
+
+def test_the_report_caption_of_a_script_title_is_text(table_params, repo):
+    """workflow/report/table.rst renders a table's title into the report's HTML (reStructuredText): a title
+    with newlines could start a `.. raw:: html` directive there."""
+    import jinja2
+    from docutils.core import publish_parts
+
+    p = copy.deepcopy(table_params)
+    p["tables"]["table1"]["title"] = f"T\n\n.. raw:: html\n\n   {SCRIPT}\n\nx"
+    snakemake = type("S", (), {"config": p, "params": type("P", (), {"name": "table1"})})
+    rst = jinja2.Template((repo / "workflow/report/table.rst").read_text()).render(snakemake=snakemake)
+    html = publish_parts(rst, writer_name="html", settings_overrides={"report_level": 5})["body"]
+    assert "<script" not in html and "&lt;script&gt;" in html, html
