@@ -75,6 +75,8 @@ def cmd_data(args) -> None:
     if args.status and len(args.names) != 1:
         raise SystemExit("fedbayes data: --status takes exactly one dataset")
     root = args.root or (f"data/raw-stand-in/{args.stand_in}" if args.stand_in else "data/raw")
+    if args.stand_in:
+        check_stand_in_root(root, args.names)
     for name in args.names:
         try:
             path = fetch_dataset(name, root, download=not args.no_download, stand_in=args.stand_in)
@@ -91,6 +93,19 @@ def cmd_data(args) -> None:
                                                        "manifest": str(path / "manifest.json")}, indent=1) + "\n")
         print(f"{name}: {path}" + (f" (STAND-IN data, generated: size {args.stand_in}; never the real {name})"
                                     if args.stand_in else ""))
+
+
+def check_stand_in_root(root: str, names: list[str]) -> None:
+    """Stand-ins go only where no real dataset lies: a folder with a dataset in it but without the
+    stand-ins' sources (``<root>/.source``, fedbayes.data.root.stand_in_sources) holds real data."""
+    from fedbayes.data.root import stand_in_sources
+
+    if stand_in_sources(root).is_dir():
+        return
+    for name in names:
+        if (Path(root) / name).is_dir() and any((Path(root) / name).iterdir()):
+            raise ConfigError(f"--root {root}: {Path(root) / name} holds real data, which stand-in files would "
+                              "replace; give a folder of stand-ins (default data/raw-stand-in/SIZE)")
 
 
 def cmd_partition(args) -> None:
