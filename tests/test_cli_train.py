@@ -88,7 +88,9 @@ def finished_run(d: Path) -> Path:
     ({"seed": 7}, r"--seed 7: synth-a/fedavg runs seeds \[0, 1\]"),
     # deleted the finished run's metrics.json before failing (issue "nothing unchecked")
     ({"threads": "-1"}, r"--threads -1: a number of threads"),
-], ids=["method", "experiment", "point", "seed", "threads"])
+    # deleted the finished run's metrics.json, then torch segfaulted on the thread pool
+    ({"threads": "100000"}, r"--threads 100000: at most \d+ threads on this machine"),
+], ids=["method", "experiment", "point", "seed", "threads", "threads-huge"])
 def test_bad_arguments_are_refused_before_any_file_is_touched(setup, capsys, args, message):
     d, p = setup
     run = finished_run(d)
@@ -97,6 +99,30 @@ def test_bad_arguments_are_refused_before_any_file_is_touched(setup, capsys, arg
     assert code == 2 and err.startswith("fedbayes train: error: "), err
     assert __import__("re").search(message, err), err
     assert snapshot(d) == before  # metrics.json still there, nothing created (no partition, no lock)
+
+
+def test_a_run_whose_retraining_fails_before_training_keeps_its_metrics(setup, capsys, monkeypatch):
+    """A finished run (history.csv beside metrics.json) retrained by hand keeps its metrics.json when the
+    job fails before training starts (here: loading its data); only a run whose history is gone (Snakemake
+    deleted it before the job) loses its metrics.json at once."""
+    import errno
+
+    from fedbayes.engine import data
+
+    d, p = setup
+    run = finished_run(d)
+    (run / "history.csv").write_text("round,test/acc\n0,0.1\n")
+
+    def no_space(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", "data")
+
+    monkeypatch.setattr(data, "load_run_data", no_space)
+    code, err = train(d, capsys, out=run)
+    assert code == 2 and "No space left on device" in err, err
+    assert (run / "metrics.json").read_text() == '{"final": {}}\n'
+    (run / "history.csv").unlink()
+    code, err = train(d, capsys, out=run)
+    assert code == 2 and not (run / "metrics.json").exists()
 
 
 def test_another_runs_directory_is_refused(setup, capsys):
@@ -359,3 +385,20 @@ def test_a_full_disk_while_writing_a_partition_leaves_no_file_and_is_one_line(se
     assert str(named) in lines[0] and "Traceback" not in err, err
     left = sorted(f.name for f in out.parent.iterdir() if not f.name.endswith(".lock")) if out.parent.exists() else []
     assert left == ([] if where == "archive" else ["seed0.npz"]), left
+
+
+@pytest.mark.parametrize("lock", ["train", "data", "partition"])
+def test_a_symlinked_lock_file_is_refused_in_one_line(setup, capsys, tmp_path, lock):
+    """A lock file planted as a symbolic link (the trainer's, the dataset's, the partition's) stops the
+    job in one line naming it; the link's target is neither truncated nor written."""
+    d, p = setup
+    where = {"train": run_dir(p).parent / f".{run_dir(p).name}.train.lock",
+             "data": Path(paths(p)["raw"]) / "synthetic.lock",
+             "partition": Path(str(part_file(p)) + ".lock")}[lock]
+    where.parent.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    where.symlink_to(victim)
+    code, err = train(d, capsys)
+    assert code == 2 and err.count("\n") == 1 and f"{where}" in err and "symbolic link" in err, err
+    assert victim.read_text() == "precious\n"

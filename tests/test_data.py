@@ -278,7 +278,7 @@ def test_download_used_after_failing_mirror(tmp_path, tiny, monkeypatch):
     official, arrays, _ = tiny
     calls = []
 
-    def fake_download(url, dst, timeout=None):
+    def fake_download(url, dst, **limits):
         calls.append(url)
         assert Path(dst).parent == tmp_path / "raw" / "tiny"  # temp file in dest dir
         Path(dst).write_bytes((official / url.rsplit("/", 1)[1]).read_bytes())
@@ -291,7 +291,7 @@ def test_download_used_after_failing_mirror(tmp_path, tiny, monkeypatch):
 
 
 def test_download_errors_are_listed(tmp_path, tiny, monkeypatch):
-    def failing(url, dst, timeout=None):
+    def failing(url, dst, **limits):
         Path(dst).write_bytes(b"partial")  # half-written, then the network dies
         raise urllib.error.URLError("no route to host")
 
@@ -305,7 +305,7 @@ def test_download_errors_are_listed(tmp_path, tiny, monkeypatch):
     assert leftovers(root / "tiny") == []
 
     # a download that "succeeds" with wrong bytes is rejected and removed too
-    monkeypatch.setattr(sources, "download_url", lambda url, dst, timeout=None:
+    monkeypatch.setattr(sources, "download_url", lambda url, dst, **limits:
                         Path(dst).write_bytes(gzip.compress(b"wrong")))
     with pytest.raises(DataUnavailableError, match="checksum mismatch"):
         fetch("tiny", root=root, mirrors=[])

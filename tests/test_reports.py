@@ -509,3 +509,106 @@ def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):
     assert not higher_is_better("test/acc", "rounds_to_target")
     with pytest.raises(KeyError, match="test/f2"):
         metric("test/f2")
+
+
+def _cli(args, capsys, monkeypatch, p) -> tuple[int, str]:
+    from fedbayes import cli
+
+    monkeypatch.setattr(cli, "_params", lambda a: p)  # the fixture's fake runs (not params.yaml)
+    with pytest.raises(SystemExit) as ex:
+        cli.main(args)
+        raise SystemExit(0)
+    return ex.value.code, capsys.readouterr().err
+
+
+def _tree(root) -> dict:
+    return {f: f.read_bytes() for f in root.rglob("*") if f.is_file()}
+
+
+@pytest.mark.parametrize("name", ["history.csv", "run.json", "metrics.json"])
+@pytest.mark.parametrize("cmd", [["table", "table1"], ["sweep-report", "--experiment", "fmnist10-iid-k10"],
+                                 ["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"]],
+                         ids=["table", "sweep-report", "select"])
+def test_a_report_command_never_writes_a_run_file(table_params, tmp_path, capsys, monkeypatch, cmd, name):
+    """`--out` naming a run's file (or anything under paths.runs) is refused in one line before any work:
+    the run's files are its training job's."""
+    run = tmp_path / "runs" / "fmnist10-iid-k10" / "fedavg" / "local_epochs=5" / "seed0"
+    before = _tree(tmp_path)
+    code, err = _cli([*cmd, "--out", str(run / name)], capsys, monkeypatch, table_params)
+    assert code == 2 and err.count("\n") == 1 and f"--out {run / name}" in err, err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("cmd, out", [
+    (["table", "table1"], "reports/sweeps/fmnist10-iid-k10.csv"),                     # the sweep report's
+    (["sweep-report", "--experiment", "fmnist10-iid-k10"], "reports/table1.csv"),      # a table's
+    (["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"],
+     "runs/fmnist10-dir-k10/fedavg/selected.json"),                                    # another pair's selection
+    (["table", "table1"], "work/data/fmnist.csv"),
+], ids=["table", "sweep-report", "select", "work"])
+def test_a_report_command_never_writes_another_rules_file(table_params, tmp_path, capsys, monkeypatch, cmd, out):
+    target = tmp_path / out
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("another rule's\n")
+    before = _tree(tmp_path)
+    code, err = _cli([*cmd, "--out", str(target)], capsys, monkeypatch, table_params)
+    assert code == 2 and err.count("\n") == 1 and "belongs to a workflow rule" in err, err
+    assert _tree(tmp_path) == before
+
+
+def test_a_table_built_elsewhere_leaves_the_workflows_figures_alone(table_params, tmp_path, capsys, monkeypatch):
+    """`table --out <elsewhere>` writes its CSV, .md and figures there, never under <reports>/figures."""
+    (tmp_path / "reports" / "figures").mkdir(parents=True)
+    ours = tmp_path / "reports" / "figures" / "table1_curves.png"
+    ours.write_bytes(b"the workflow's figure")
+    out = tmp_path / "elsewhere" / "t.csv"
+    code, err = _cli(["table", "table1", "--out", str(out)], capsys, monkeypatch, table_params)
+    assert code == 0, err
+    assert ours.read_bytes() == b"the workflow's figure"
+    assert (out.parent / "table1_curves.png").stat().st_size > 10_000 and out.with_suffix(".md").exists()
+
+
+def test_a_table_never_overwrites_a_markdown_file_of_its_own(table_params, tmp_path, capsys, monkeypatch):
+    readme = tmp_path / "elsewhere" / "README.md"
+    readme.parent.mkdir()
+    readme.write_text("# mine\n")
+    code, err = _cli(["table", "table1", "--out", str(readme.with_suffix(".csv"))], capsys, monkeypatch, table_params)
+    assert code == 2 and f"{readme} exists without" in err, err
+    assert readme.read_text() == "# mine\n" and not readme.with_suffix(".csv").exists()
+
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def test_a_script_title_note_and_status_are_text_in_the_tables_markdown(table_params, tmp_path):
+    """The table's .md (shown as HTML by `snakemake --report` and by Git hosts) prints every user-supplied
+    string as text: a `<script>` title, raw HTML in its notes file, a data status's reason."""
+    p = copy.deepcopy(table_params)
+    notes = tmp_path / "notes.md"
+    notes.write_text(f"Keep `<experiment>` as code.\n\n<img src=x onerror=alert(2)>\n\n```\n<kept>\n```\n")
+    p["tables"]["table1"].update(title=f"T1 {SCRIPT}\n\n<b>x</b> [link](javascript:alert(3))", notes=str(notes))
+    exp = p["tables"]["table1"]["experiments"][0]
+    dataset = p["experiments"][exp]["dataset"]
+    (tmp_path / "work" / "data" / f"{dataset}.json").write_text(
+        json.dumps({"dataset": dataset, "available": False, "reason": f"server said {SCRIPT}"}))
+    out = tmp_path / "reports" / "table1.csv"
+    build_table(p, "table1", out)
+    md = out.with_suffix(".md").read_text()
+    assert "<script" not in md and "<img" not in md and "<b>" not in md and "](javascript:" not in md, md
+    assert md.startswith("# table1: T1 &lt;script&gt;alert(1)&lt;/script&gt; ")      # one line, printed as text
+    assert "server said &lt;script&gt;" in md
+    assert "Keep `<experiment>` as code." in md and "```\n<kept>\n```" in md        # code stays code
+
+
+def test_the_report_caption_of_a_script_title_is_text(table_params, repo):
+    """workflow/report/table.rst renders a table's title into the report's HTML (reStructuredText): a title
+    with newlines could start a `.. raw:: html` directive there."""
+    import jinja2
+    from docutils.core import publish_parts
+
+    p = copy.deepcopy(table_params)
+    p["tables"]["table1"]["title"] = f"T\n\n.. raw:: html\n\n   {SCRIPT}\n\nx"
+    snakemake = type("S", (), {"config": p, "params": type("P", (), {"name": "table1"})})
+    rst = jinja2.Template((repo / "workflow/report/table.rst").read_text()).render(snakemake=snakemake)
+    html = publish_parts(rst, writer_name="html", settings_overrides={"report_level": 5})["body"]
+    assert "<script" not in html and "&lt;script&gt;" in html, html

@@ -324,3 +324,21 @@ def test_http_404_is_a_clear_error(source_root, tmp_path, serve):
     with pytest.raises(DataUnavailableError, match=r"download .*crx\.data: network error: HTTPError.*404"):
         fetch("uci_credit", root=tmp_path / "raw", mirrors=[], download=True)
     assert not (tmp_path / "raw" / "uci_credit").exists()
+
+
+def test_stand_ins_never_replace_a_real_dataset(tmp_path, capsys):
+    """`fedbayes data NAME --stand-in SIZE --root <the real data's folder>` replaced the real files with
+    stand-ins: a folder holding a dataset fetched without stand-ins is refused in one line, untouched."""
+    from fedbayes import cli
+
+    real = tmp_path / "raw" / "fmnist"
+    real.mkdir(parents=True)
+    (real / "manifest.json").write_text('{"real": true}\n')
+    (real / "train-images-idx3-ubyte.gz").write_bytes(b"the real bytes")
+    before = {p: p.read_bytes() for p in real.iterdir()}
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["data", "fmnist", "--stand-in", "tiny", "--root", str(tmp_path / "raw")])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.count("\n") == 1 and "holds real data" in err, err
+    assert {p: p.read_bytes() for p in real.iterdir()} == before
+    assert not (tmp_path / "raw" / ".source").exists()

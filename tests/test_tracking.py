@@ -10,7 +10,7 @@ from fedbayes.eval.evaluate import evaluate_run
 
 @pytest.fixture
 def finished_run(tmp_path, synthetic_run_data, cfg_factory):
-    cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123")
+    cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123", seed=0)
     run_federated(cfg, synthetic_run_data, tmp_path / "run", torch.device("cpu"), log=lambda m: None)
     evaluate_run(tmp_path / "run")
     return tmp_path / "run"
@@ -53,7 +53,7 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
     assert tags == {"local_epochs=5": "false", "local_epochs=1": "true"}
     assert run.data.tags["partition_hash"] == "abc123"
     assert run.data.tags["device"] == "cpu" and run.data.tags["git_sha"]
-    assert run.data.params["hparams.local_epochs"] == "1" and run.data.params["seed"] == "3"
+    assert run.data.params["hparams.local_epochs"] == "1" and run.data.params["seed"] == "0"
     hist = client.get_metric_history(second, "test/acc")
     assert sorted(m.step for m in hist) == [0, 1, 2, 3, 4]
     # a final value is its series' last round: no one-point final/… duplicate (a one-dot chart on the run page)
@@ -416,9 +416,9 @@ def test_import_pairs_imports_each_run_once_and_again_only_what_changed(tmp_path
     exp, method, first, other = "fmnist10-iid-k10", "fedavg", "local_epochs=5", "local_epochs=10"
     p["paths"]["runs"] = str(tmp_path / "runs")
     root = tmp_path / "runs" / exp / method
-    for pt in (first, other):   # the finished run (seed 3) at both sweep points
-        shutil.copytree(finished_run, root / pt / "seed3")
-    monkeypatch.setattr(tracking, "imported_runs", lambda p, e, m, point: [(first, 3), (other, 3)])
+    for pt in (first, other):   # the finished run (seed 0) at both sweep points
+        shutil.copytree(finished_run, root / pt / "seed0")
+    monkeypatch.setattr(tracking, "imported_runs", lambda p, e, m, point: [(first, 0), (other, 0)])
     (root / "selected.json").write_text(json.dumps({"point": first, "hparams": {}}))
     marker = tmp_path / "work/mlflow/table1.runs"
     lines = []
@@ -434,7 +434,7 @@ def test_import_pairs_imports_each_run_once_and_again_only_what_changed(tmp_path
     assert import_pairs(p, {exp: [method]}, "", str(marker), log=lines.append)["imported"] == 0
     assert not opened and marker.read_text() == text
     # one run's files changed: that run alone is imported again
-    h = root / other / "seed3" / "history.csv"
+    h = root / other / "seed0" / "history.csv"
     h.write_text(h.read_text() + "\n")
     assert import_pairs(p, {exp: [method]}, "", str(marker), log=lines.append)["imported"] == 1
     assert marker_problems(marker, uri) == []
@@ -481,3 +481,42 @@ def test_a_runs_series_are_its_evaluated_metrics_not_trainings_own(store, finish
     assert series == pytest.approx({int(r): t["test/nll"] for r, t in m["rounds"].items()})
     loss = dict((s.step, s.value) for s in client.get_metric_history(run.info.run_id, "train/loss"))
     assert loss == pytest.approx({int(r): v for r, v in zip(hist["round"], hist["train/loss"]) if v == v})
+
+
+def _track_in_process(repo, tmp_path, monkeypatch, capsys, run, method="fedavg", point="local_epochs=5", seed=0):
+    from fedbayes import cli
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["track", "--params", str(repo / "params.yaml"), "--experiment", "fmnist10-iid-k10", "--method",
+                  method, "--point", point, "--seed", str(seed), "--run-dir", str(run)])
+        raise SystemExit(0)
+    return ex.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, args, says", [
+    ({}, {"seed": 1}, "records seed 0, not --seed 1"),
+    ({}, {"method": "fedprox"}, "records method 'fedavg', not --method 'fedprox'"),
+    ({"point": "local_epochs=1"}, {}, "records point 'local_epochs=1', not --point 'local_epochs=5'"),
+    ({"experiment": "fmnist10-dir-k10"}, {}, "records experiment 'fmnist10-dir-k10', not --experiment 'fmnist10-iid-k10'"),
+], ids=["seed", "method", "point", "experiment"])
+def test_track_refuses_a_run_that_is_not_the_one_named(finished_run, repo, tmp_path, monkeypatch, capsys,
+                                                        change, args, says):
+    """`fedbayes track` imported whatever --run-dir held under the --method/--point/--seed it was given
+    (seed 0's data as seed 1's import, a FedAvg run labelled FedProx): run.json must record the run named,
+    else one line and nothing written to the store."""
+    info = json.loads((finished_run / "run.json").read_text())
+    info["config"].update(change)
+    (finished_run / "run.json").write_text(json.dumps(info))
+    code, err = _track_in_process(repo, tmp_path, monkeypatch, capsys, finished_run, **args)
+    assert code == 2 and err.count("\n") == 1 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_track_refuses_a_folder_under_the_runs_that_is_not_the_runs_own(finished_run, repo, tmp_path, monkeypatch, capsys):
+    elsewhere = tmp_path / "results" / "runs" / "fmnist10-iid-k10" / "fedavg" / "scratch"
+    shutil.copytree(finished_run, elsewhere)
+    code, err = _track_in_process(repo, tmp_path, monkeypatch, capsys, elsewhere)
+    assert code == 2 and err.count("\n") == 1 and "is not the run directory of" in err, err
+    assert not (tmp_path / "mlflow.db").exists()

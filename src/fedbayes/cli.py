@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,15 +21,16 @@ from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
-from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
+from fedbayes.fileio import LockHeld, LockRefused, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.spec import REQUIRED
+from fedbayes.ownership import check_outputs
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
 from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
 from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
-from fedbayes.runpaths import run_dir
+from fedbayes.runpaths import run_dir, selected_file
 from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
 
 
@@ -73,6 +75,8 @@ def cmd_data(args) -> None:
     if args.status and len(args.names) != 1:
         raise SystemExit("fedbayes data: --status takes exactly one dataset")
     root = args.root or (f"data/raw-stand-in/{args.stand_in}" if args.stand_in else "data/raw")
+    if args.stand_in:
+        check_stand_in_root(root, args.names)
     for name in args.names:
         try:
             path = fetch_dataset(name, root, download=not args.no_download, stand_in=args.stand_in)
@@ -91,6 +95,19 @@ def cmd_data(args) -> None:
                                     if args.stand_in else ""))
 
 
+def check_stand_in_root(root: str, names: list[str]) -> None:
+    """Stand-ins go only where no real dataset lies: a folder with a dataset in it but without the
+    stand-ins' sources (``<root>/.source``, fedbayes.data.root.stand_in_sources) holds real data."""
+    from fedbayes.data.root import stand_in_sources
+
+    if stand_in_sources(root).is_dir():
+        return
+    for name in names:
+        if (Path(root) / name).is_dir() and any((Path(root) / name).iterdir()):
+            raise ConfigError(f"--root {root}: {Path(root) / name} holds real data, which stand-in files would "
+                              "replace; give a folder of stand-ins (default data/raw-stand-in/SIZE)")
+
+
 def cmd_partition(args) -> None:
     p = _params(args)
     check_partition_target(p, args.experiment, args.seed, args.out)
@@ -99,12 +116,23 @@ def cmd_partition(args) -> None:
         write_partition(p, args.experiment, args.seed, args.out, args.figure)
 
 
+THREADS_PER_CPU = 4   # oversubscription a job may ask for; far more makes torch's thread pool crash (SIGSEGV)
+
+
+def max_threads() -> int:
+    """The most intra-op threads ``fedbayes train --threads`` accepts on this machine."""
+    return (os.cpu_count() or 1) * THREADS_PER_CPU
+
+
 def check_train_args(p: dict, args) -> dict:
     """Every argument of ``fedbayes train`` checked against params.yaml before any file is touched; returns
     the run's resolved configuration. ConfigError names the argument and what is accepted."""
     exp, method, point, seed = args.experiment, args.method, args.point, args.seed
     if args.threads < 0:
         raise ConfigError(f"--threads {args.threads}: a number of threads (0: PyTorch's default)")
+    if args.threads > max_threads():
+        raise ConfigError(f"--threads {args.threads}: at most {max_threads()} threads on this machine "
+                          f"({os.cpu_count()} CPUs × {THREADS_PER_CPU}); 0 takes PyTorch's default")
     if exp not in p["experiments"]:
         raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(p['experiments'])}")
     methods = list(experiment_config(p, exp)["methods"])
@@ -161,10 +189,14 @@ def _train(p: dict, args, cfg: dict) -> None:
     from fedbayes.engine.data import load_run_data  # these two import torch (seconds): only a training job pays it
     from fedbayes.engine.loop import pick_device, run_federated
 
-    # a (re)training run invalidates the run's metrics first: Snakemake deletes history.csv and run.json
-    # before the job, and if the job is then killed an old metrics.json would still look up to date to
-    # a later `snakemake <run>/metrics.json` (it does not look behind an existing target's missing inputs)
-    (Path(args.out) / "metrics.json").unlink(missing_ok=True)
+    # a (re)training run invalidates the run's metrics: Snakemake deletes history.csv and run.json before
+    # the job, and if the job is then killed an old metrics.json would still look up to date to a later
+    # `snakemake <run>/metrics.json` (it does not look behind an existing target's missing inputs). With
+    # its history gone, metrics.json describes nothing and goes now; beside a history it still describes,
+    # it goes only once training starts (a job failing on its data or device first costs nothing).
+    metrics = Path(args.out) / "metrics.json"
+    if not (Path(args.out) / "history.csv").exists():
+        metrics.unlink(missing_ok=True)
     # a run depends only on committed files in the DAG (so a fresh clone reuses finished runs): it
     # fetches its data and writes its partition itself when they are missing
     for d in (cfg["dataset"], cfg.get("ood")):
@@ -177,6 +209,7 @@ def _train(p: dict, args, cfg: dict) -> None:
     data, meta = load_run_data(data_root(p), cfg, partition, device)
     cfg["partition_hash"] = meta["hash"]
     batch = p.get("batch_clients", "auto")
+    metrics.unlink(missing_ok=True)
     run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True),
                   batch_clients=None if batch == "auto" else bool(batch))
 
@@ -283,8 +316,16 @@ def cmd_numerics_check(args) -> None:
 def cmd_table(args) -> None:
     p = _params(args)
     from fedbayes.reports.scorecard import table_summary
-    from fedbayes.reports.tables import build_table, built_files  # (lazy: matplotlib, pandas)
+    from fedbayes.reports.tables import build_table, built_files, table_csv  # (lazy: matplotlib, pandas)
 
+    if args.table not in p["tables"]:
+        raise ConfigError(f"table {args.table!r}: not a table of params.yaml `tables` {sorted(p['tables'])}")
+    files = built_files(p, args.table, args.out)
+    check_outputs(p, "--out", files, built_files(p, args.table, table_csv(p, args.table)), ".csv")
+    md = Path(args.out).with_suffix(".md")
+    if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a table's
+        raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a table's; "
+                          "give another path")
     df = build_table(p, args.table, out=args.out)
     print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
 
@@ -333,7 +374,11 @@ def cmd_toy(args) -> None:
 def cmd_select(args) -> None:
     from fedbayes.reports.selection import write_selection  # (lazy: pandas)
 
-    sel = write_selection(_params(args), args.experiment, args.method, args.out)
+    p = _params(args)
+    own = selected_file(paths(p), args.experiment, args.method)
+    if args.out:
+        check_outputs(p, "--out", [Path(args.out)], [own], ".json")
+    sel = write_selection(p, args.experiment, args.method, args.out)
     if "from" in sel["criterion"]:
         print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
     for c in sel["candidates"]:
@@ -345,9 +390,18 @@ def cmd_sweep_report(args) -> None:
     p = _params(args)
     from fedbayes.reports.selection import sweep_frame  # (lazy: pandas)
 
+    check_outputs(p, "--out", [Path(args.out)], sweep_report_files(p, args.experiment), ".csv")
     df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))
+
+
+def sweep_report_files(p: dict, experiment: str) -> list[Path]:
+    """Where the workflow keeps an experiment's sweep report: ``<reports>/sweeps/<experiment>.csv``, and
+    ``<reports>/<folder>/sweep_<experiment>.csv`` beside each table with ``sweeps: beside``."""
+    reports = Path(paths(p)["reports"])
+    folders = sorted({t.rpartition("/")[0] for t, s in p["tables"].items() if s.get("sweeps") == "beside"} - {""})
+    return [reports / "sweeps" / f"{experiment}.csv"] + [reports / f / f"sweep_{experiment}.csv" for f in folders]
 
 
 def cmd_track(args) -> None:
@@ -506,7 +560,7 @@ def main(argv=None) -> None:
     try:
         args.fn(args)
     except (ConfigError, DataUnavailableError, DataIntegrityError, PartitionIntegrityError, DamagedFile,
-            FileNotFoundError) as e:
+            FileNotFoundError, LockRefused) as e:
         print(f"fedbayes {args.cmd}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except OSError as e:  # a full disk, a read-only or forbidden place: one line, not a traceback

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -172,6 +173,34 @@ class LockHeld(BlockingIOError):
         self.path, self.holder = path, holder
 
 
+class LockRefused(ValueError):
+    """A lock file that is not the lock's own: a symbolic link, another kind of file, or a second name of
+    another file. Locking through it would truncate or write the file it leads to."""
+
+
+def open_lock_file(lock: Path) -> int:
+    """A descriptor (read-write) of the lock file ``lock``: created exclusively (``O_EXCL``) when missing,
+    else opened without following a symbolic link (``O_NOFOLLOW``), and refused (:class:`LockRefused`)
+    unless it is a regular file with one name. Nothing is truncated: the caller decides what to write."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK   # O_NONBLOCK: a FIFO does not hang
+    try:
+        fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        try:
+            fd = os.open(lock, flags)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise LockRefused(f"{lock} is a symbolic link, not a lock file: remove it (the lock file is "
+                              "created anew)") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        what = "has other names (a hard link)" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+        raise LockRefused(f"{lock} {what}, not a lock file of its own: remove it (the lock file is created anew)")
+    return fd
+
+
 def try_exclusive_lock(lock: str | Path):
     """Take an exclusive ``flock`` on the file ``lock`` (created if missing) without waiting: a context
     manager holding it, or :class:`LockHeld` at once when another process holds it. The holder's pid is
@@ -180,7 +209,7 @@ def try_exclusive_lock(lock: str | Path):
 
     lock = Path(lock)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(lock, "a+")  # not "w": truncating would erase the holder's pid
+    fh = os.fdopen(open_lock_file(lock), "r+")  # not truncated yet: a holder's pid is read below
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -216,7 +245,7 @@ def exclusive_lock(path: str | Path, read_only_ok: bool = False):
     lock = Path(str(path) + ".lock")
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(lock, "w")
+        fh = os.fdopen(open_lock_file(lock), "r+")
     except OSError as e:
         if read_only_ok and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             yield  # a directory nobody here can write: no writer to take turns with; readers go ahead

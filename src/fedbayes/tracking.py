@@ -490,10 +490,30 @@ def experiment_description(p: dict, experiment: str) -> str:
 
 # --- the import ---------------------------------------------------------------------------------
 
+def check_run_identity(p: dict, experiment: str, method: str, point: str, seed: int, folder: str | Path,
+                       info: dict) -> None:
+    """The run in ``folder`` is the one named (experiment, method, point, seed): its run.json records it
+    (a run.json without a point, written before runs recorded theirs, is taken at its word for the
+    point), and a folder under paths.runs is that run's own. ConfigError in one line otherwise: the
+    store would hold one run's numbers under another's name."""
+    cfg = info["config"]
+    named = {"experiment": experiment, "method": method, "point": point, "seed": seed}
+    for key, value in named.items():
+        recorded = cfg.get(key, value)
+        if recorded != value:
+            raise ConfigError(f"{Path(folder) / 'run.json'} records {key} {recorded!r}, not --{key} {value!r}: "
+                              "it is another run's; give that run's arguments or the run directory of this one")
+    own, runs = run_dir(paths(p), experiment, method, point, seed), Path(paths(p)["runs"]).resolve()
+    if Path(folder).resolve().is_relative_to(runs) and Path(folder).resolve() != own.resolve():
+        raise ConfigError(f"{folder} is not the run directory of {experiment}/{method}/{point}/seed{seed} ({own}); "
+                          "under paths.runs each directory holds its own run")
+
+
 def log_run(p: dict, experiment: str, method: str, point: str, seed: int, run_dir: str | Path,
             partition_figure: str | None = None, selected: str | None = None, record: list | None = None) -> str:
     """Import one training run (and a run per prediction variant); returns the method's own run id.
     ``record`` receives a dict per MLflow run written (``write_marker``'s lines)."""
+    check_run_identity(p, experiment, method, point, seed, run_dir, read_run_info(run_dir))  # before the store
     uri = tracking_uri(p)
     check_reachable(uri)
     check_store(uri)
@@ -798,6 +818,7 @@ def import_pairs(p: dict, pairs: dict[str, list[str]], figure: str, marker: str,
             for point, seed in imported_runs(p, experiment, method, chosen):
                 d = run_dir(paths(p), experiment, method, point, seed)
                 info = read_run_info(d)
+                check_run_identity(p, experiment, method, point, seed, d, info)
                 variants = sorted(v for v in read_metrics(d, info).get("variants", {}) if v)
                 keys = [f"{p['scale']}/{experiment}/{m}/{point}/seed{seed}" for m in
                         [method, *(f"{method}@{v}" for v in variants)]]

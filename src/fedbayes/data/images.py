@@ -29,10 +29,10 @@ MNIST_URLS = (
 )
 MNIST_FILES = (
     # official archive md5s (as used by torchvision); decompressed md5s unknown -> None
-    FileSpec("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873", None, "x_train"),
-    FileSpec("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432", None, "y_train"),
-    FileSpec("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3", None, "x_test"),
-    FileSpec("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c", None, "y_test"),
+    FileSpec("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873", None, "x_train", 9_912_422),
+    FileSpec("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432", None, "y_train", 28_881),
+    FileSpec("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3", None, "x_test", 1_648_877),
+    FileSpec("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c", None, "y_test", 4_542),
 )
 
 
@@ -161,7 +161,7 @@ register(DatasetSpec(
     name="cifar10",
     description="CIFAR-10 (Krizhevsky 2009), 50k/10k 32x32 RGB (N, 3, 32, 32), 10 classes",
     # archive-only: verified by the official md5 of the .tar.gz
-    files=(FileSpec(CIFAR10_ARCHIVE, "c58f30108f718f92721af3b95e74349a", None, "all"),),
+    files=(FileSpec(CIFAR10_ARCHIVE, "c58f30108f718f92721af3b95e74349a", None, "all", 170_498_071),),
     loader=load_cifar10,
     n_classes=10,
     n_train=50000,
@@ -218,7 +218,7 @@ register(DatasetSpec(
     description="CIFAR-100 (Krizhevsky 2009), 50k/10k 32x32 RGB (N, 3, 32, 32), "
                 "100 fine classes",
     # archive-only: verified by the official md5 of the .tar.gz (as used by torchvision)
-    files=(FileSpec(CIFAR100_ARCHIVE, "eb9058c3a382ffc7106e4002c42a8d85", None, "all"),),
+    files=(FileSpec(CIFAR100_ARCHIVE, "eb9058c3a382ffc7106e4002c42a8d85", None, "all", 169_001_437),),
     loader=load_cifar100,
     n_classes=100,
     n_train=50000,

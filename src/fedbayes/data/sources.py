@@ -26,7 +26,9 @@ from typing import Callable, Iterable
 log = logging.getLogger(__name__)
 
 MIRRORS_ENV = "FEDBAYES_DATA_MIRRORS"
-DOWNLOAD_TIMEOUT_S = 60.0
+DOWNLOAD_TIMEOUT_S = 60.0         # idle: no byte for this long stops a download
+DOWNLOAD_TOTAL_S = 4 * 3600.0     # a whole file (the largest, ~0.6 GB, at 50 kB/s)
+DOWNLOAD_MAX_BYTES = 2 << 30      # a file whose size the registry does not record (the largest is ~0.6 GB)
 PART_SUFFIX = ".part"
 _CHUNK = 1 << 20
 
@@ -53,6 +55,7 @@ class FileSpec:
     md5: str | None = None
     content_md5: str | None = None
     role: str = ""  # e.g. "x_train", "y_test"; used by loaders
+    size: int | None = None  # bytes as published, where known: the most a download may write
 
     @property
     def is_gz(self) -> bool:
@@ -276,23 +279,63 @@ class IncompleteDownloadError(ConnectionError):
     """The server closed the connection before sending the announced Content-Length."""
 
 
-def download_url(url: str, dst: Path, timeout: float = DOWNLOAD_TIMEOUT_S) -> None:
-    """Stream ``url`` into ``dst`` (tests monkeypatch this).
+class DownloadRefused(ConnectionError):
+    """A download stopped at a bound: more bytes than the file may have, or too long a transfer."""
+
+
+def size_cap(spec: FileSpec) -> int:
+    """The most bytes a download of ``spec`` may write: its recorded size (twice that where a repackaged
+    archive verifies by its content, ``content_md5``: another compression of the same bytes), else
+    DOWNLOAD_MAX_BYTES."""
+    if not spec.size:
+        return DOWNLOAD_MAX_BYTES
+    return spec.size * (2 if spec.content_md5 else 1)
+
+
+def download_url(url: str, dst: Path, max_bytes: int | None = None, total_s: float | None = None,
+                 idle_s: float | None = None) -> None:
+    """Stream ``url`` into ``dst`` (tests monkeypatch this), bounded: at most ``max_bytes`` (a larger
+    Content-Length is refused before the body is read), ``total_s`` for the whole transfer and
+    ``idle_s`` without a byte (defaults: DOWNLOAD_MAX_BYTES, DOWNLOAD_TOTAL_S, DOWNLOAD_TIMEOUT_S).
+    A bound reached raises DownloadRefused; the caller removes the partial file.
 
     A transfer cut short raises IncompleteDownloadError: http.client's chunked reads return the
     bytes received so far without an error when the connection drops early, which would otherwise
     surface as a "checksum mismatch" of the truncated file (misread as a bad file on the server, and
     for the unpinned tabular sets an md5 a user might pin).
     """
+    max_bytes = DOWNLOAD_MAX_BYTES if max_bytes is None else max_bytes
+    total_s = DOWNLOAD_TOTAL_S if total_s is None else total_s
+    idle_s = DOWNLOAD_TIMEOUT_S if idle_s is None else idle_s
     req = urllib.request.Request(url, headers={"User-Agent": "fedbayes-data/1"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp, open(dst, "wb") as out:
-        shutil.copyfileobj(resp, out, _CHUNK)
-        announced = resp.headers.get("Content-Length")
-        encoded = resp.headers.get("Content-Encoding", "identity").lower() != "identity"
-        got = out.tell()
-    if announced is not None and announced.strip().isdigit() and not encoded and got != int(announced):
-        raise IncompleteDownloadError(f"incomplete download: got {got} of {int(announced)} bytes "
+    try:
+        with urllib.request.urlopen(req, timeout=idle_s) as resp, open(dst, "wb") as out:
+            announced = resp.headers.get("Content-Length")
+            announced = int(announced) if announced is not None and announced.strip().isdigit() else None
+            if announced is not None and announced > max_bytes:
+                raise DownloadRefused(f"{url} announces {announced} bytes, more than the {max_bytes} this file "
+                                      "may have: not downloaded")
+            _copy_bounded(resp, out, url, max_bytes, time.monotonic() + total_s, total_s)
+            encoded = resp.headers.get("Content-Encoding", "identity").lower() != "identity"
+            got = out.tell()
+    except TimeoutError:
+        raise DownloadRefused(f"{url}: no data for {idle_s:g} s (idle timeout); stopped") from None
+    if announced is not None and not encoded and got != announced:
+        raise IncompleteDownloadError(f"incomplete download: got {got} of {announced} bytes "
                                       "(the connection closed early)")
+
+
+def _copy_bounded(resp, out, url: str, max_bytes: int, deadline: float, total_s: float) -> None:
+    """Copy ``resp`` into ``out`` until its end, DownloadRefused past ``max_bytes`` or ``deadline``.
+    ``read1`` returns what has arrived (at most after the idle timeout), so the deadline is checked
+    however slowly a server sends."""
+    while chunk := resp.read1(_CHUNK):
+        if out.tell() + len(chunk) > max_bytes:
+            raise DownloadRefused(f"{url} sends more than {max_bytes} bytes, more than this file may have; stopped")
+        out.write(chunk)
+        if time.monotonic() > deadline:
+            raise DownloadRefused(f"{url}: not finished after {total_s:g} s (total timeout; "
+                                  f"{out.tell()} bytes received); stopped")
 
 
 class URLSource:
@@ -308,7 +351,7 @@ class URLSource:
 
         def write(dst: Path) -> None:
             # looked up at call time so tests can monkeypatch sources.download_url
-            download_url(url, dst)
+            download_url(url, dst, max_bytes=size_cap(spec))
 
         return [Candidate(f"download {url}", write)]
 

@@ -22,6 +22,7 @@ from fedbayes.fileio import write_text_atomic
 from fedbayes.published import authors_code_value, published_rounds, published_value
 from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,
                                     experiment_status, rounds_to_target, within)
+from fedbayes.reports.escape import md_document, md_text
 from fedbayes.reports.figures import learning_curves, reliability
 from fedbayes.reports.selection import selected_point
 from fedbayes.runfiles import DamagedFile, read_curves, read_metrics, read_run_info
@@ -185,7 +186,7 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
     rehearsal = ["**STAND-IN REHEARSAL**: every number below was trained on generated stand-in data "
                  "(fedbayes.data.standin), not on the real datasets: it shows that the pipeline runs, never a "
                  "result; no cell has a verdict.", ""] if p["scale"] == "rehearsal" else []
-    return [f"# {name}: {spec.get('title', '')}", "", *rehearsal,
+    return [f"# {name}: {md_text(spec.get('title', ''))}", "", *rehearsal,
             f"Scale `{p['scale']}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
             f"(ddof={p.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
@@ -204,7 +205,7 @@ def _is_not_comparable(status: str) -> bool:
 
 def _status_cell(status: str) -> str:
     """What a cell without a number shows: "not run", "not comparable" or "diverged (seed S at round r)"."""
-    return status if _is_diverged(status) else "not comparable" if _is_not_comparable(status) else "not run"
+    return md_text(status) if _is_diverged(status) else "not comparable" if _is_not_comparable(status) else "not run"
 
 
 def _not_run_notes(df: pd.DataFrame) -> list[str]:
@@ -212,19 +213,19 @@ def _not_run_notes(df: pd.DataFrame) -> list[str]:
     diverged = df[df.status.map(_is_diverged)][["experiment", "method", "status"]].drop_duplicates()
     if not diverged.empty:
         out += ["", "**Diverged (training loss or server state became NaN/inf; history kept up to that round):**", ""]
-        out += [f"- {r.experiment}/{r.method}: {r.status}"
+        out += [f"- {r.experiment}/{r.method}: {md_text(r.status)}"
                 for r in diverged.drop_duplicates(["experiment", "method"], keep="first").itertuples()]
     apart = df[df.status.map(_is_not_comparable)][["experiment", "status"]].drop_duplicates()
     if not apart.empty:
         out += ["", "**Not comparable (published numbers only; no run of ours stands beside them):**", ""]
-        out += [f"- {r.experiment}: {r.status}" for r in apart.itertuples()]
+        out += [f"- {r.experiment}: {md_text(r.status)}" for r in apart.itertuples()]
     notes = df[(df.status != "ok") & ~df.status.map(_is_diverged) & ~df.status.map(_is_not_comparable)]
     notes = notes[["experiment", "method", "status"]].drop_duplicates()
     if notes.empty:
         return out
     out += ["", "**Not run on the machine that built this table:**", ""]
     for (exp, status), g in notes.groupby(["experiment", "status"], sort=False):
-        out.append(f"- {exp} ({', '.join(g.method)}): {status}")
+        out.append(f"- {exp} ({', '.join(g.method)}): {md_text(status)}")
     return out
 
 
@@ -243,7 +244,7 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
     df = df.assign(at=[_at(r) for _, r in df.iterrows()])
     for (exp, method, at), g in df.groupby(["experiment", "method", "at"], sort=False):
         first = g.iloc[0]
-        cells = [exp, method, first.point or "not run", at]
+        cells = [exp, method, md_text(first.point) or "not run", at]
         for m in metrics:
             r = g[g.metric == m].iloc[0]
             digits = _digits(m, spec["statistic"])
@@ -284,7 +285,7 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
             r = r.iloc[0]
             ours = _fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else _status_cell(r.status)
             if r.status == "ok" and not ours:
-                ours = "— (" + r.note + ")"
+                ours = "— (" + md_text(r.note) + ")"
             pub = _fmt(r.published_mean, r.published_std, None, digits) or ("—" if r.published_source else "")
             parts = [ours or "", pub] + ([_delta(r, digits)] if _delta(r, digits) else [])
             if r.authors_code_source:
@@ -316,27 +317,40 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
                               for f in figures) + "."]
     notes = spec.get("notes")
     if notes and Path(notes).exists():
-        lines += ["", Path(notes).read_text().strip()]
+        lines += ["", md_document(Path(notes).read_text().strip())]
     return "\n".join(lines) + "\n"
+
+
+def table_csv(p: dict, name: str) -> Path:
+    """The table's CSV in the workflow: ``<reports>/<name>.csv``."""
+    return Path(paths(p)["reports"]) / f"{name}.csv"
+
+
+def figure_dir(p: dict, name: str, out: str | Path) -> Path:
+    """Where the table's figures go: ``<reports>/figures/`` for the workflow's CSV, else beside ``out``
+    (a table built elsewhere never rewrites the workflow's figures)."""
+    if Path(out).resolve() == table_csv(p, name).resolve():
+        return Path(paths(p)["reports"]) / "figures"
+    return Path(out).parent
 
 
 def built_files(p: dict, name: str, out: str | Path) -> list[Path]:
     """The files ``build_table`` writes: the CSV, its rendered .md and the table's figures."""
     out = Path(out)
-    fig_dir = Path(paths(p)["reports"]) / "figures"
+    fig_dir = figure_dir(p, name, out)
     return [out, out.with_suffix(".md")] + [fig_dir / f for f in table_figures(name, p["tables"][name])]
 
 
 def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus its
-    figures under ``reports/figures/`` (``config.table_figures``: learning curves, and reliability
-    diagrams where ECE is a metric; none for a table whose experiments are all ``not_comparable``)."""
+    figures (``config.table_figures``: learning curves, and reliability diagrams where ECE is a metric; none
+    for a table whose experiments are all ``not_comparable``) under :func:`figure_dir`."""
     out = Path(out)
     df = table_rows(p, name)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
     write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
     spec = p["tables"][name]
-    fig_dir = Path(paths(p)["reports"]) / "figures"
+    fig_dir = figure_dir(p, name, out)
     for f in table_figures(name, spec):
         (learning_curves if f.endswith("_curves.png") else reliability)(p, spec, fig_dir / f)
     return df

@@ -1,0 +1,47 @@
+"""Which files a report command may write: its own output, or a file outside the workflow's folders.
+
+A command's ``--out`` names where it writes, but every file under the workflow's folders (runs,
+partitions, datasets, reports, work) belongs to one rule, and a run's files to its training job: a report
+command given one of them would overwrite it. :func:`check_outputs` refuses such an ``--out`` before any
+work, in one line naming the file and what is accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedbayes.config import ConfigError, paths
+
+# what a training or evaluation job writes into its run directory (fedbayes.runfiles reads them)
+RUN_FILES = frozenset({"history.csv", "run.json", "metrics.json", "predictions.npz", "posterior.pt", "selected.json"})
+TREES = ("runs", "partitions", "raw", "reports", "work")
+
+
+def _trees(p: dict) -> list[tuple[str, Path]]:
+    """The workflow's folders, at every scale (the paper-scale root holds the smoke and rehearsal ones)."""
+    roots = [(k, p["paths"].get(k)) for k in TREES] + list(paths(p).items())
+    roots.append(("raw", f"{p['paths']['raw']}-stand-in"))
+    return [(k, Path(v).resolve()) for k, v in roots if k in TREES and v]
+
+
+def check_outputs(p: dict, option: str, files: list[Path], own: list[Path], suffix: str) -> None:
+    """Refuse writing ``files`` (what ``option`` makes the command write; ``files[0]`` is the option's
+    value) unless each is one of ``own`` (the command's outputs in the workflow) or lies outside the
+    workflow's folders, is not named like a run file, and ``files[0]`` ends with ``suffix``."""
+    own_set = {Path(f).resolve() for f in own}
+    if Path(files[0]).suffix != suffix:
+        raise ConfigError(f"{option} {files[0]}: the command writes a {suffix} file; give a path ending in {suffix}")
+    for f in files:
+        where = Path(f).resolve()
+        if where in own_set:
+            continue
+        what = f"{option} {files[0]}" + (f" (it also writes {f})" if f != files[0] else "")
+        if where.is_dir():
+            raise ConfigError(f"{what}: a directory; give a file path")
+        if where.name in RUN_FILES:
+            raise ConfigError(f"{what}: {where.name} is a run's file, which belongs to a workflow rule (train, "
+                              f"evaluate or select); give a path of your own")
+        for key, root in _trees(p):
+            if where.is_relative_to(root):
+                raise ConfigError(f"{what}: under paths.{key} ({root}) every file belongs to a workflow rule; "
+                                  f"give {own[0]} or a path outside the workflow's folders")
