@@ -612,3 +612,13 @@ def test_the_report_caption_of_a_script_title_is_text(table_params, repo):
     rst = jinja2.Template((repo / "workflow/report/table.rst").read_text()).render(snakemake=snakemake)
     html = publish_parts(rst, writer_name="html", settings_overrides={"report_level": 5})["body"]
     assert "<script" not in html and "&lt;script&gt;" in html, html
+
+
+def test_a_notes_code_span_across_a_line_break_is_printed_as_written():
+    """A code span may wrap (reports/notes/table1.md's `fedbayes train --params <params.yaml …>` does): its
+    `<` stays as written, while a `<` outside code, and one after a paragraph break, is escaped."""
+    from fedbayes.reports.escape import md_document
+
+    text = "run `fedbayes train --params <p.yaml>\n--seed 0` then <script>\n\n`open <x\n\nshut` <y>"
+    assert md_document(text) == ("run `fedbayes train --params <p.yaml>\n--seed 0` then &lt;script>\n\n`open &lt;x"
+                                 "\n\nshut` &lt;y>")
