@@ -694,12 +694,23 @@ def _fixed_hparams(params: dict, e: dict, method: str, fixed: dict) -> dict:
     hp = deep_merge(e["train"], fixed)
     small = overlay(params)
     if small:
-        hp = deep_merge(deep_merge(hp, small.get("train")), small.get("hparams"))
+        hp = deep_merge(deep_merge(hp, small.get("train")), _declared(method, small.get("hparams")))
         hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
         here = _scale_override(params, e["name"], method)                # … in this experiment
         here.pop("sweep", None)
         hp = deep_merge(hp, here)
     return hp
+
+
+def _declared(method: str, shared: dict | None) -> dict:
+    """The values of a scale's shared ``hparams`` block that ``method``'s spec declares: the block sets
+    values for every method, each reading its own, and a key a method does not read would be recorded in
+    its runs' configuration (and rerun them when edited) without changing a number."""
+    spec = catalog.METHOD_SPECS.get(method)
+    if spec is None or not shared:
+        return shared or {}
+    takes = set(spec.hparams())
+    return {k: v for k, v in shared.items() if k in takes}
 
 
 def partition_config(params: dict, experiment: str, seed: int) -> dict:
