@@ -19,7 +19,7 @@ def add_table(p):
 
 def planned(out: str, rule: str) -> Counter:
     """method → the number of ``rule`` jobs a dry run plans."""
-    jobs = re.findall(rf"^rule {rule}:\n(?:    .*\n)*?    wildcards: ([^\n]*)", out, re.M)
+    jobs = re.findall(rf"^(?:rule|checkpoint) {rule}:\n(?:    .*\n)*?    wildcards: ([^\n]*)", out, re.M)
     return Counter(re.search(r"method=(\w+)", w).group(1) for w in jobs)
 
 
