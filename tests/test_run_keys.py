@@ -70,3 +70,32 @@ def test_a_shared_scale_key_reaches_only_the_methods_that_declare_it(smoke):
     edited["smoke"]["hparams"]["server_iters"] = 7
     assert cfg(edited, "fedavg") == cfg(smoke, "fedavg")
     assert cfg(edited, "fedlap_func")["hparams"]["server_iters"] == 7
+
+
+def test_a_scale_value_replacing_a_users_own_method_setting_is_said_in_one_line(tmp_path, smoke):
+    """The scale's shared value wins over a method block's own (smoke exists to shrink the runs), and
+    `fedbayes validate --scale smoke` says so in one line naming the key and both values; at paper scale
+    nothing is replaced and nothing is said."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from fedbayes.config import load_params_text, overlay_replacements
+
+    text = load_params_text(REPO / "params.yaml")
+    text["methods"]["fedivon"]["pred_samples"] = 16
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(text, sort_keys=False))
+    (tmp_path / "params.smoke.yaml").write_text((REPO / "params.smoke.yaml").read_text())
+    p = load_params(tmp_path / "params.yaml", scale="smoke")
+    line = overlay_replacements(p)
+    assert line and "\n" not in line and "methods.fedivon.pred_samples 16 -> 4" in line
+    e = next(e for e, x in p["experiments"].items() if "fedivon" in x["methods"]
+             and "pred_samples" not in (x["methods"]["fedivon"] or {}))
+    assert run_config(p, e, "fedivon", 0, next(iter(sweep_points(p, e, "fedivon"))))["hparams"]["pred_samples"] == 4
+    assert overlay_replacements(load_params(tmp_path / "params.yaml", scale="paper")) is None
+    r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "validate", "--params", str(tmp_path / "params.yaml"),
+                        "--scale", "smoke"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    said = [l for l in (r.stdout + r.stderr).splitlines() if "methods.fedivon.pred_samples 16 -> 4" in l]
+    assert len(said) == 1, r.stdout + r.stderr
