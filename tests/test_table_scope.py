@@ -41,6 +41,9 @@ def test_a_two_method_table_plans_only_its_two_methods_runs(copy):
     assert set(train) == {"fedavg", "fedivon"}, dict(train)
     assert set(planned(out, "select")) == {"fedavg", "fedivon"}
     assert "rule sweep_report:" not in out
+    # the smoke overlay's shared values that replace params.yaml's own method settings: one line
+    said = [l for l in out.splitlines() if l.startswith("scale smoke replaces ")]
+    assert len(said) == 1 and "server_iters -> 100 over " in said[0], said
 
 
 def test_the_sweep_report_is_its_own_target_of_every_method(copy):

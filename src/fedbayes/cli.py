@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from fedbayes.catalog import METHOD_SPECS
-from fedbayes.config import (ConfigError, check_implementations, experiment_config, load_params, paths,
-                             run_config, seeds, stand_in_size, sweep_points)
+from fedbayes.config import (ConfigError, check_implementations, experiment_config, load_params, overlay_replacements,
+                             paths, run_config, seeds, stand_in_size, sweep_points)
 from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
@@ -48,6 +48,8 @@ def cmd_validate(args) -> None:
         print(f"{name}: {e['dataset']} × {e['clients']} clients, {e['partition']['scheme']}, "
               f"{e['rounds']} rounds, methods {', '.join(e['methods'])}")
     print(f"params.yaml is valid (scale {p['scale']}, seeds {seeds(p)})")
+    if replaced := overlay_replacements(p):
+        print(replaced)
 
 
 def cmd_methods(args) -> None:
