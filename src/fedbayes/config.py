@@ -238,7 +238,8 @@ def validate(params: dict, schema: dict) -> None:
     that no run could do as written: non-finite numbers, keys a method's block sets that the method does
     not take (``_foreign_hparams``), schema violations (integers strict, every sweep grid value under its
     hyperparameter's rule; the schema completed from the method specs), then the semantic checks."""
-    problems = _value_problems(params) + _left_out_methods(params) + _foreign_hparams(params)
+    problems = _value_problems(params) + _left_out_methods(params) + _uninstalled_methods(params)
+    problems = problems or _foreign_hparams(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
     schema = complete_schema(schema)
@@ -370,6 +371,44 @@ def _left_out_methods(params: Any) -> list[str]:
     return [f"method {m!r}: {left_out[m]}" for m in sorted(_named_methods(params) & set(left_out))]
 
 
+def _uninstalled_methods(params: Any) -> list[str]:
+    """One line for each method params.yaml names (a ``methods.<m>`` block, an experiment's methods, a
+    scale's method block, a table's methods) that no installed package registers, at the first place it
+    is named: said before the schema, whose complaint about the block's keys and the semantic checks'
+    (one a place, each listing every method) would hide the cause."""
+    import difflib
+
+    from fedbayes.methods.spec import ENTRY_POINT_GROUP, plugin_problems
+
+    if not isinstance(params, dict):
+        return []
+    known, left_out = catalog.METHOD_SPECS, plugin_problems()
+    places: dict[str, list[str]] = {}
+    for where, m, _ in _method_blocks(params):
+        places.setdefault(m, []).append(where)
+    for e, x in _items(params.get("experiments")):
+        for m in (x.get("methods") if isinstance(x, dict) and isinstance(x.get("methods"), dict | list) else ()):
+            places.setdefault(m, []).append(f"experiments.{e}.methods.{m}")
+    for t, spec in _items(params.get("tables")):
+        for m in (spec.get("methods") if isinstance(spec, dict) and isinstance(spec.get("methods"), list) else ()):
+            if isinstance(m, str):
+                places.setdefault(catalog.split_variant(m)[0], []).append(f"tables.{t}.methods")
+    out = []
+    for m, where in places.items():
+        if not isinstance(m, str) or m in known or m in left_out:
+            continue
+        # a misspelling, not a neighbour: fedswag is not fedavg (0.77), fedivn is fedivon (0.92)
+        closest = difflib.get_close_matches(m, list(known), n=1, cutoff=0.85)
+        where = list(dict.fromkeys(where))
+        out.append(f"{where[0]}: unknown method {m!r}: not installed (no entry point in the {ENTRY_POINT_GROUP} "
+                   "group of any installed package names it)"
+                   + (f"; did you mean {closest[0]!r}?" if closest else
+                      f"; register it in its package's pyproject.toml under [project.entry-points.\"{ENTRY_POINT_GROUP}\"] "
+                      "and pip install it (docs/adding-a-method.md); `fedbayes methods` lists the methods implemented here")
+                   + (f" (also named at {', '.join(where[1:3])}{', …' if len(where) > 3 else ''})" if len(where) > 1 else ""))
+    return out
+
+
 def _named_methods(params: dict) -> set[str]:
     """Every method params.yaml names (``methods.<m>``, ``experiments.<e>.methods``)."""
     named = set(params.get("methods") or {})
@@ -438,7 +477,7 @@ def _foreign_hparams(params: Any) -> list[str]:
             for k in keys:
                 if k in takes:
                     continue
-                closest = difflib.get_close_matches(str(k), takes, n=1, cutoff=0)
+                closest = difflib.get_close_matches(str(k), takes, n=1)   # a near miss only, not any name
                 if k in spec.hparams():
                     why = f"{m} cannot sweep {k!r}"
                 else:
