@@ -21,7 +21,7 @@ from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
-from fedbayes.methods.spec import REQUIRED
+from fedbayes.methods.spec import REQUIRED, plugin_origin
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
 from fedbayes.reports.headline import write_headline
@@ -59,7 +59,9 @@ def cmd_methods(args) -> None:
     if args.method is None:
         for key, spec in METHOD_SPECS.items():
             variants = ", ".join(f"@{v}" for v in spec.variants if v)
-            print(f"{key:12s} {spec.doc}" + (f" (predictions: {variants})" if variants else ""))
+            origin = plugin_origin(key)   # an installed package's method, not fedbayes' own
+            print(f"{key:12s} {spec.doc}" + (f" (predictions: {variants})" if variants else "")
+                  + (f"  [outside method, package {origin[0]} {origin[1] or ''}]".replace(" ]", "]") if origin else ""))
         return
     if args.method not in METHOD_SPECS:
         raise ConfigError(f"unknown method {args.method!r}; known: {sorted(METHOD_SPECS)}")

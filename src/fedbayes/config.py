@@ -856,9 +856,10 @@ def paths(params: dict) -> dict:
 RECORDED_ONLY = ("partition_hash",)  # keys training adds to the run configuration (engine-side facts)
 
 
-def config_changes(recorded: dict, current: dict, prefix: str = "") -> list[str]:
+def config_changes(recorded: dict, current: dict, prefix: str = "", values: bool = False) -> list[str]:
     """Dotted keys whose value differs between a run's recorded configuration (``run.json``'s
-    ``config``) and the configuration params.yaml gives it now; [] when the run is current."""
+    ``config``) and the configuration params.yaml gives it now; [] when the run is current. With
+    ``values``, each with its recorded and its current value (``hparams.lr 0.001 -> 0.002``)."""
     if not prefix:
         recorded = {k: v for k, v in recorded.items() if k not in RECORDED_ONLY}
         current = json.loads(json.dumps(current))  # the recorded one went through JSON too
@@ -866,10 +867,15 @@ def config_changes(recorded: dict, current: dict, prefix: str = "") -> list[str]
     for k in sorted(set(recorded) | set(current)):
         a, b = recorded.get(k, "<absent>"), current.get(k, "<absent>")
         if isinstance(a, dict) and isinstance(b, dict):
-            out += config_changes(a, b, f"{prefix}{k}.")
+            out += config_changes(a, b, f"{prefix}{k}.", values)
         elif a != b and not _same_number(a, b):
-            out.append(f"{prefix}{k}")
+            out.append(f"{prefix}{k}" + (f" {_shown(a)} -> {_shown(b)}" if values else ""))
     return out
+
+
+def _shown(v) -> str:
+    """A configuration value as a rerun reason shows it: a string as written, anything else as JSON."""
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _same_number(a, b) -> bool:
