@@ -48,6 +48,7 @@ rule all:
     default_target: True
     input:
         [f"{PATHS['reports']}/{t}.csv" for t in config["tables"]],
+        all_sweep_reports,  # the sweep reports of the tables' experiments (rule sweeps)
         # no scorecard of stand-in data: the rehearsal's summary of what ran instead
         f"{PATHS['reports']}/summary.md" if stand_in_size(config) else f"{PATHS['reports']}/README.md",
         [f"{PATHS['reports']}/metrics"] if config.get("headline") else [],  # the headline numbers for `dvc metrics show`

@@ -114,7 +114,7 @@ def test_a_table_gaining_an_experiment_makes_its_stage_stale_and_no_other(tmp_pa
 
 def test_every_experiment_a_stage_reads_is_one_its_tables_run():
     """Each table stage reads the experiments of its tables (and those they take their selection from),
-    the methods those experiments run (their sweep reports read every method's selection), its tables'
+    its tables' methods those experiments run (a table reads only its own methods' runs), its tables'
     specs; no other experiment, method or table."""
     g, p = generator(), params()
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
@@ -127,7 +127,8 @@ def test_every_experiment_a_stage_reads_is_one_its_tables_run():
         exps = {e for t in tables for e in p["tables"][t]["experiments"] if e in p["experiments"]}
         exps |= {p["experiments"][e]["selection_from"] for e in exps if p["experiments"][e].get("selection_from")}
         assert {g.key("experiments", e, p["experiments"]) for e in exps} == {k for k in keys if k.startswith("experiments.")}, name
-        runs = {m for e in exps for m in p["experiments"][e]["methods"] if m in p["methods"]}
+        shown = {m.split("@")[0] for t in tables for m in p["tables"][t]["methods"]}
+        runs = {m for e in exps for m in p["experiments"][e]["methods"] if m in p["methods"] and m in shown}
         assert {f"methods.{m}" for m in runs} == {k for k in keys if k.startswith("methods.")}, name
         assert {f"tables.{t}" for t in tables} == {k for k in keys if k.startswith("tables.")}, name
         assert "experiments" not in keys and "methods" not in keys and "tables" not in keys, name

@@ -22,7 +22,10 @@ pytestmark = pytest.mark.integration
 TABLES = (["reports/smoke/table1.csv"] + [f"reports/smoke/fedlap/table{i}.csv" for i in range(1, 6)]
           + ["reports/smoke/bayesadmm/table1.csv", "reports/smoke/bayesadmm/table2.csv", "reports/smoke/fedivon/table1.csv",
              "reports/smoke/fedivon/table2.csv", "reports/smoke/fedep/table4.csv"])
-TARGETS = TABLES + ["reports/smoke/metrics"]  # + the headline numbers and curves (DVC's table1 stage)
+# the sweep reports read below: their own targets (a table asks for its methods' runs only)
+SWEEPS = ["reports/smoke/sweeps/fmnist10-iid-k10.csv", "reports/smoke/sweeps/fmnist10-dir-k10.csv",
+          "reports/smoke/fedlap/sweep_fmnist-dir-k100.csv", "reports/smoke/sweeps/fmnist-shards-k200.csv"]
+TARGETS = TABLES + SWEEPS + ["reports/smoke/metrics"]  # + the headline numbers and curves (DVC's table1 stage)
 # each table's MLflow import (rule mlflow_<table>: that table's runs only; FedEP's Table 4 is a data-free toy)
 IMPORTS = " ".join("mlflow_" + t[len("reports/smoke/"):-len(".csv")].replace("/", "_") for t in TABLES
                    if t != "reports/smoke/fedep/table4.csv")

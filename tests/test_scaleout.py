@@ -29,7 +29,7 @@ def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_
     require_fmnist(pytest)
     url, server_dir = tracking_server
     d = copy_repo(repo, tmp_path / "repo", narrow_table1)
-    sh("snakemake --cores 2 reports/smoke/table1.csv mlflow_table1", d, MLFLOW_TRACKING_URI=url)
+    sh(f"snakemake --cores 2 reports/smoke/table1.csv reports/smoke/sweeps/{EXP}.csv mlflow_table1", d, MLFLOW_TRACKING_URI=url)
     assert not (d / "mlflow.db").exists()  # nothing went to the local store
 
     from mlflow.tracking import MlflowClient
@@ -50,4 +50,4 @@ def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_
         assert sorted((m.step, m.value) for m in series) == sorted(zip(hist["round"], 100.0 * hist["test/acc"]))
         assert {"history.csv", "metrics.json", "run.json"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
     assert any((server_dir / "server-artifacts").rglob("history.csv"))  # stored by the server, not the client
-    assert "Nothing to be done" in sh("snakemake --cores 2 reports/smoke/table1.csv mlflow_table1", d, MLFLOW_TRACKING_URI=url)
+    assert "Nothing to be done" in sh(f"snakemake --cores 2 reports/smoke/table1.csv reports/smoke/sweeps/{EXP}.csv mlflow_table1", d, MLFLOW_TRACKING_URI=url)

@@ -103,7 +103,7 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     profile = cluster_profile(repo, tmp_path / "profile")
     since = (datetime.now() - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
     t0 = time.monotonic()
-    out = sh(f"snakemake --profile {profile} reports/smoke/table1.csv mlflow_table1", work, timeout=2400)
+    out = sh(f"snakemake --profile {profile} reports/smoke/table1.csv reports/smoke/sweeps/{EXPERIMENT}.csv mlflow_table1", work, timeout=2400)
     print(f"[test_slurm] snakemake through Slurm: {time.monotonic() - t0:.0f} s")
     run_id = re.search(r"SLURM run ID: (\S+)", out).group(1)
 
@@ -162,5 +162,5 @@ def test_smoke_dag_through_slurm(cluster, repo, tmp_path):
     assert sorted(runs) == sorted((f"smoke-{EXPERIMENT}", nm, "FINISHED") for nm in names)
 
     # complete metadata from the jobs: nothing left to do, nothing submitted
-    again = sh(f"snakemake --profile {profile} reports/smoke/table1.csv mlflow_table1", work)
+    again = sh(f"snakemake --profile {profile} reports/smoke/table1.csv reports/smoke/sweeps/{EXPERIMENT}.csv mlflow_table1", work)
     assert "Nothing to be done" in again and "submitted with SLURM jobid" not in again

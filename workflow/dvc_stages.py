@@ -3,8 +3,9 @@
 A table stage asks Snakemake for some tables (the `${reports_dir}/<table>.csv` in its `cmd`). Their jobs
 read the run settings, the selection rule, the tables' own `tables.<name>` specs, the experiments the
 tables run and those they take their selection from (fedbayes.config ``comparable_experiments``,
-``selection_from``), and every method those experiments run: a table reads its experiments' sweep
-reports, which read each method's selection (workflow/rules/report.smk, evaluate.smk). The headline
+``selection_from``), and the tables' methods those experiments run: a table reads only its own methods'
+runs and selections (workflow/rules/report.smk). A table no stage asks for (a user's own) gets a stage of
+its own, ``table_<name>``, added under ``stages:``. The headline
 table's stage also reads `headline`; a toy's stage, its `toys.<name>` block. So an edit marks in `dvc status` the stages whose tables Snakemake
 reruns, and no other. DVC splits a key at its dots: a dot in a name is written `?` (DVC matches keys as
 globs), e.g. `experiments.fmnist10-labeldir0?01-k20`.
@@ -46,6 +47,7 @@ def key(section: str, name: str, entries: dict) -> str:
 
 def stage_params(p: dict, names: list[str]) -> list:
     """The params keys the tables ``names`` read (DVC's list: strings, and the smoke overlay's file)."""
+    from fedbayes.catalog import split_variant
     from fedbayes.config import comparable_experiments
 
     experiments = []
@@ -54,7 +56,10 @@ def stage_params(p: dict, names: list[str]) -> list:
             for x in (e, p["experiments"][e].get("selection_from")):
                 if x and x not in experiments:
                     experiments.append(x)
-    methods = [m for m in p.get("methods", {}) if any(m in p["experiments"][e]["methods"] for e in experiments)]
+    # a table reads only its own methods' runs (workflow/rules/report.smk), each on its experiments
+    shown = {split_variant(m)[0] for name in names for m in p["tables"][name]["methods"]}
+    methods = [m for m in p.get("methods", {})
+               if m in shown and any(m in p["experiments"][e]["methods"] for e in experiments)]
     keys = [*RUN_SETTINGS, {"params.smoke.yaml": ["smoke"]}, "selection"]
     keys += [key("experiments", e, p["experiments"]) for e in experiments]
     keys += [f"methods.{m}" for m in methods]
@@ -97,7 +102,27 @@ def generate(text: str, p: dict) -> tuple[str, list[str]]:
         if m.group(1) != new:
             changed.append(stage)
             text = text[:m.start(1)] + new + text[m.end(1):]
+    staged = {t for body in yaml.safe_load(text)["stages"].values() for t in stage_tables(str(body.get("cmd", "")), p["tables"])}
+    for name in [t for t in p["tables"] if t not in staged]:   # a table of the user's own: a stage of its own
+        stage = "table_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+        m = re.search(r"^stages:\n(?:(?:  .*|\s*)\n)*", text, re.M)
+        text = text[:m.end()] + own_stage(p, stage, name) + text[m.end():]
+        changed.append(stage)
     return text, changed
+
+
+def own_stage(p: dict, stage: str, name: str) -> str:
+    """dvc.yaml's stage of a table no stage asks for (a user's own): Snakemake builds it, its params
+    generated as every table stage's, its CSV, Markdown and figures its outputs."""
+    from fedbayes.config import table_figures
+
+    outs = [f"${{reports_dir}}/{name}.{x}" for x in ("csv", "md")]
+    outs += [f"${{reports_dir}}/figures/{f}" for f in table_figures(name, p["tables"][name])]
+    return (f"  {stage}:\n"
+            f"    cmd: python3 workflow/dvc_stages.py --check && snakemake --cores all ${{reports_dir}}/{name}.csv\n"
+            "    deps:\n" + "".join(f"      - {d}\n" for d in ("Snakefile", "workflow", "profiles", "src/fedbayes"))
+            + "    params:\n" + render(stage_params(p, [name]))
+            + "    outs:\n" + "".join(f"      - {o}:\n          cache: false\n" for o in outs))
 
 
 def main(argv=None) -> None:

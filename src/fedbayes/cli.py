@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 from fedbayes.catalog import METHOD_SPECS
-from fedbayes.config import (ConfigError, check_implementations, experiment_config, load_params, paths,
-                             run_config, seeds, stand_in_size, sweep_points)
+from fedbayes.config import (ConfigError, check_implementations, experiment_config, load_params, overlay_replacements,
+                             paths, run_config, seeds, stand_in_size, sweep_points)
 from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
 from fedbayes.fileio import LockHeld, LockRefused, try_exclusive_lock, write_text_atomic
-from fedbayes.methods.spec import REQUIRED
+from fedbayes.methods.spec import REQUIRED, plugin_origin
 from fedbayes.ownership import check_outputs
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
@@ -50,6 +50,8 @@ def cmd_validate(args) -> None:
         print(f"{name}: {e['dataset']} × {e['clients']} clients, {e['partition']['scheme']}, "
               f"{e['rounds']} rounds, methods {', '.join(e['methods'])}")
     print(f"params.yaml is valid (scale {p['scale']}, seeds {seeds(p)})")
+    if replaced := overlay_replacements(p):
+        print(replaced)
 
 
 def cmd_methods(args) -> None:
@@ -59,7 +61,9 @@ def cmd_methods(args) -> None:
     if args.method is None:
         for key, spec in METHOD_SPECS.items():
             variants = ", ".join(f"@{v}" for v in spec.variants if v)
-            print(f"{key:12s} {spec.doc}" + (f" (predictions: {variants})" if variants else ""))
+            origin = plugin_origin(key)   # an installed package's method, not fedbayes' own
+            print(f"{key:12s} {spec.doc}" + (f" (predictions: {variants})" if variants else "")
+                  + (f"  [outside method, package {origin[0]} {origin[1] or ''}]".replace(" ]", "]") if origin else ""))
         return
     if args.method not in METHOD_SPECS:
         raise ConfigError(f"unknown method {args.method!r}; known: {sorted(METHOD_SPECS)}")

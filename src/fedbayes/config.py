@@ -238,7 +238,8 @@ def validate(params: dict, schema: dict) -> None:
     that no run could do as written: non-finite numbers, keys a method's block sets that the method does
     not take (``_foreign_hparams``), schema violations (integers strict, every sweep grid value under its
     hyperparameter's rule; the schema completed from the method specs), then the semantic checks."""
-    problems = _value_problems(params) + _left_out_methods(params) + _foreign_hparams(params)
+    problems = _value_problems(params) + _left_out_methods(params) + _uninstalled_methods(params)
+    problems = problems or _foreign_hparams(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
     schema = complete_schema(schema)
@@ -370,6 +371,44 @@ def _left_out_methods(params: Any) -> list[str]:
     return [f"method {m!r}: {left_out[m]}" for m in sorted(_named_methods(params) & set(left_out))]
 
 
+def _uninstalled_methods(params: Any) -> list[str]:
+    """One line for each method params.yaml names (a ``methods.<m>`` block, an experiment's methods, a
+    scale's method block, a table's methods) that no installed package registers, at the first place it
+    is named: said before the schema, whose complaint about the block's keys and the semantic checks'
+    (one a place, each listing every method) would hide the cause."""
+    import difflib
+
+    from fedbayes.methods.spec import ENTRY_POINT_GROUP, plugin_problems
+
+    if not isinstance(params, dict):
+        return []
+    known, left_out = catalog.METHOD_SPECS, plugin_problems()
+    places: dict[str, list[str]] = {}
+    for where, m, _ in _method_blocks(params):
+        places.setdefault(m, []).append(where)
+    for e, x in _items(params.get("experiments")):
+        for m in (x.get("methods") if isinstance(x, dict) and isinstance(x.get("methods"), dict | list) else ()):
+            places.setdefault(m, []).append(f"experiments.{e}.methods.{m}")
+    for t, spec in _items(params.get("tables")):
+        for m in (spec.get("methods") if isinstance(spec, dict) and isinstance(spec.get("methods"), list) else ()):
+            if isinstance(m, str):
+                places.setdefault(catalog.split_variant(m)[0], []).append(f"tables.{t}.methods")
+    out = []
+    for m, where in places.items():
+        if not isinstance(m, str) or m in known or m in left_out:
+            continue
+        # a misspelling, not a neighbour: fedswag is not fedavg (0.77), fedivn is fedivon (0.92)
+        closest = difflib.get_close_matches(m, list(known), n=1, cutoff=0.85)
+        where = list(dict.fromkeys(where))
+        out.append(f"{where[0]}: unknown method {m!r}: not installed (no entry point in the {ENTRY_POINT_GROUP} "
+                   "group of any installed package names it)"
+                   + (f"; did you mean {closest[0]!r}?" if closest else
+                      f"; register it in its package's pyproject.toml under [project.entry-points.\"{ENTRY_POINT_GROUP}\"] "
+                      "and pip install it (docs/adding-a-method.md); `fedbayes methods` lists the methods implemented here")
+                   + (f" (also named at {', '.join(where[1:3])}{', …' if len(where) > 3 else ''})" if len(where) > 1 else ""))
+    return out
+
+
 def _named_methods(params: dict) -> set[str]:
     """Every method params.yaml names (``methods.<m>``, ``experiments.<e>.methods``)."""
     named = set(params.get("methods") or {})
@@ -438,7 +477,7 @@ def _foreign_hparams(params: Any) -> list[str]:
             for k in keys:
                 if k in takes:
                     continue
-                closest = difflib.get_close_matches(str(k), takes, n=1, cutoff=0)
+                closest = difflib.get_close_matches(str(k), takes, n=1)   # a near miss only, not any name
                 if k in spec.hparams():
                     why = f"{m} cannot sweep {k!r}"
                 else:
@@ -694,12 +733,60 @@ def _fixed_hparams(params: dict, e: dict, method: str, fixed: dict) -> dict:
     hp = deep_merge(e["train"], fixed)
     small = overlay(params)
     if small:
-        hp = deep_merge(deep_merge(hp, small.get("train")), small.get("hparams"))
+        hp = deep_merge(deep_merge(hp, small.get("train")), _declared(method, small.get("hparams")))
         hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
         here = _scale_override(params, e["name"], method)                # … in this experiment
         here.pop("sweep", None)
         hp = deep_merge(hp, here)
     return hp
+
+
+def overlay_replacements(params: dict, limit: int | None = None) -> str | None:
+    """One line naming each value a user set in a method's own block (``methods.<m>``,
+    ``experiments.<e>.methods.<m>``) that the scale's shared values (its ``train`` and ``hparams``) replace
+    at this scale, with both values (at most ``limit`` places a key, then how many more); None where none
+    is (always at paper scale). The scale's value wins: the overlay exists to shrink every run, and a
+    method's own value at a scale goes in ``<scale>.methods.<m>`` (which wins over the shared ones, and is
+    not named here). A swept key is not replaced (a sweep point wins over both)."""
+    scale = params.get("scale", "paper")
+    small = overlay(params)
+    if not small:
+        return None
+    found: dict[str, dict[str, Any]] = {}   # key -> {place: the user's value}
+    for name, x in params["experiments"].items():
+        for m in experiment_config(params, name)["methods"]:
+            shared = {**(small.get("train") or {}), **_declared(m, small.get("hparams"))}
+            here = {**((small.get("methods") or {}).get(m) or {}), **_scale_override(params, name, m)}
+            _, grid = _method_spec(params, name, m)
+            for where, block in ((f"methods.{m}", params.get("methods", {}).get(m)),
+                                 (f"experiments.{name}.methods.{m}", x["methods"].get(m))):
+                for k, v in (block or {}).items():
+                    if k in shared and k not in here and k not in grid and shared[k] != v:
+                        found.setdefault(k, {})[where] = v
+    if not found:
+        return None
+    shared = {**(small.get("train") or {}), **(small.get("hparams") or {})}
+    parts = []
+    for k, places in found.items():
+        # a method's own block first: the setting a user most likely wrote for every experiment
+        names = sorted(places, key=lambda w: not w.startswith("methods."))
+        shown = names if limit is None else names[:limit]
+        parts.append(f"{k} -> {shared[k]} over " + ", ".join(f"{w}.{k} {places[w]}" for w in shown)
+                     + (f" (+{len(names) - len(shown)} more)" if len(shown) < len(names) else ""))
+    n = sum(len(v) for v in found.values())
+    return (f"scale {scale} replaces {n} of your own method setting{'s' if n != 1 else ''} with its shared values "
+            f"(they win; a method's own value at this scale goes in {scale}.methods.<m>): " + "; ".join(parts))
+
+
+def _declared(method: str, shared: dict | None) -> dict:
+    """The values of a scale's shared ``hparams`` block that ``method``'s spec declares: the block sets
+    values for every method, each reading its own, and a key a method does not read would be recorded in
+    its runs' configuration (and rerun them when edited) without changing a number."""
+    spec = catalog.METHOD_SPECS.get(method)
+    if spec is None or not shared:
+        return shared or {}
+    takes = set(spec.hparams())
+    return {k: v for k, v in shared.items() if k in takes}
 
 
 def partition_config(params: dict, experiment: str, seed: int) -> dict:
@@ -769,9 +856,10 @@ def paths(params: dict) -> dict:
 RECORDED_ONLY = ("partition_hash",)  # keys training adds to the run configuration (engine-side facts)
 
 
-def config_changes(recorded: dict, current: dict, prefix: str = "") -> list[str]:
+def config_changes(recorded: dict, current: dict, prefix: str = "", values: bool = False) -> list[str]:
     """Dotted keys whose value differs between a run's recorded configuration (``run.json``'s
-    ``config``) and the configuration params.yaml gives it now; [] when the run is current."""
+    ``config``) and the configuration params.yaml gives it now; [] when the run is current. With
+    ``values``, each with its recorded and its current value (``hparams.lr 0.001 -> 0.002``)."""
     if not prefix:
         recorded = {k: v for k, v in recorded.items() if k not in RECORDED_ONLY}
         current = json.loads(json.dumps(current))  # the recorded one went through JSON too
@@ -779,10 +867,15 @@ def config_changes(recorded: dict, current: dict, prefix: str = "") -> list[str]
     for k in sorted(set(recorded) | set(current)):
         a, b = recorded.get(k, "<absent>"), current.get(k, "<absent>")
         if isinstance(a, dict) and isinstance(b, dict):
-            out += config_changes(a, b, f"{prefix}{k}.")
+            out += config_changes(a, b, f"{prefix}{k}.", values)
         elif a != b and not _same_number(a, b):
-            out.append(f"{prefix}{k}")
+            out.append(f"{prefix}{k}" + (f" {_shown(a)} -> {_shown(b)}" if values else ""))
     return out
+
+
+def _shown(v) -> str:
+    """A configuration value as a rerun reason shows it: a string as written, anything else as JSON."""
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _same_number(a, b) -> bool:

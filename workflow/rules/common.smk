@@ -32,6 +32,15 @@ FEDBAYES = f"{shlex.quote(sys.executable)} -m fedbayes.cli"
 CLI = f"{FEDBAYES} {{cmd}} --params {shlex.quote(str(EFFECTIVE))}"
 
 
+# A scale value that replaces a user's own method setting, said once when the DAG is planned (the
+# scale's shared values win: fedbayes.config.overlay_replacements; `fedbayes validate --scale <scale>`
+# names every place).
+from fedbayes.config import overlay_replacements
+
+if not workflow.remote_exec and not workflow.subprocess_exec and (_REPLACED := overlay_replacements(config, limit=3)):
+    print(_REPLACED + f"; all of them: fedbayes validate --scale {SCALE}", file=sys.stderr)
+
+
 def cli(cmd):
     return CLI.format(cmd=cmd)
 

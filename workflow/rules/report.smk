@@ -1,5 +1,8 @@
-# Tables (ours vs published), their learning-curve figures and the sweep reports they rest on.
-# One rule per table; each (experiment, method) of a table is its own input function, so Snakemake
+# Tables (ours vs published), their learning-curve figures and the sweep reports of their experiments.
+# A table asks for exactly the runs it shows: its methods on its experiments (each method's own sweep,
+# which its selection reads, and the selected point on every seed), never another method of those
+# experiments. The sweep reports (every method of an experiment: evaluate.smk) are their own targets,
+# `snakemake sweeps` (part of the default target), not a table's inputs. One rule per table; each (experiment, method) of a table is its own input function, so Snakemake
 # schedules every sweep selection (a checkpoint) of the table at once rather than one after another.
 # An experiment whose data could not be obtained on this machine (the data checkpoint) contributes no
 # inputs: its rows read "not run (data unavailable: ...)".
@@ -74,7 +77,7 @@ def table_status(experiments):
 
 
 def sweep_reports(table, spec, experiments):
-    """The sweep reports a table rests on: reports/sweeps/<exp>.csv, or, with the table's ``sweeps:
+    """The sweep reports of a table's experiments: reports/sweeps/<exp>.csv, or, with the table's ``sweeps:
     beside``, reports/<its folder>/sweep_<exp>.csv (rule sweep_report_beside)."""
     folder = sweeps_beside(table, spec)
     where = f"{REPORTS}/{folder}/sweep_{{}}.csv" if folder else f"{REPORTS}/sweeps/{{}}.csv"
@@ -96,7 +99,6 @@ for _table, _spec in config["tables"].items():
         input:
             *[selected_runs(e, m, f"{REPORTS}/{_table}.csv") for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
             status=table_status(_exps),
-            sweeps=sweep_reports(_table, _spec, _exps),
             notes=[in_report(_spec["notes"], _table, "notes", "notes")] if "notes" in _spec else [],
             outputs=missing_outputs(f"table/{_table}", [f"{REPORTS}/{_table}.csv", f"{REPORTS}/{_table}.md",
                                     *[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)]],
@@ -116,6 +118,17 @@ for _table, _spec in config["tables"].items():
             f"{WORK}/logs/table/{_table}.log",
         shell:  # its one-line summary on the terminal too
             cli("table") + " {params.name:q} --out {output.csv:q} 2>&1 | tee {log:q}"
+
+
+def all_sweep_reports(wc):
+    """Input function: the sweep reports of every table's experiments (each waits on every method's
+    selection there, so it trains every method of its experiment)."""
+    return sorted({f for t, s in config["tables"].items() for f in sweep_reports(t, s, list(TABLE_PAIRS[t]))(wc)})
+
+
+rule sweeps:
+    input:
+        all_sweep_reports,
 
 
 for _toy in config.get("toys", {}):

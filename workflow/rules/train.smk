@@ -97,7 +97,7 @@ def changed_config(wc):
         info = json.loads((d / "run.json").read_text())
         cfg = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)
         numerics_checked(wc.method, cfg["hparams"])
-        changed = config_changes(info["config"], cfg)
+        changed = config_changes(info["config"], cfg, values=True)
         changed += [f"default of {wc.method}'s {k} {then!r} -> {now!r}"
                     for k, (then, now) in default_changes(wc.method, cfg["hparams"], info.get("defaults")).items()]
         ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(wc.method)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedbayes.catalog import split_variant
-from fedbayes.config import ConfigError, paths, stand_in_size, table_figures
+from fedbayes.config import ConfigError, paths, stand_in_size, swept_points, table_figures
 from fedbayes.eval.registry import metric as metric_info
 from fedbayes.fileio import load_yaml, write_text_atomic
 from fedbayes.published import load_paper
@@ -288,19 +288,23 @@ def paper_of(table: str) -> str:
 
 
 def run_records(p: dict) -> list[Path]:
-    """The run.json of every run behind the tables: each sweep candidate of ``<reports>/sweeps/<experiment>.csv``
-    (else the point in the table) of the tables' experiments and methods, every seed. Their device and wall
-    time are the scorecard's hardware and runtime. Not a Snakemake input of the scorecard: a run that is
-    redone changes the tables, which rebuild the scorecard, and a finished run's record does not change."""
+    """The run.json of every run behind the tables: each point of the sweep a table's method selects from
+    (``swept_points``) and the point in the table, of the tables' experiments and methods, every seed.
+    Their device and wall time are the scorecard's hardware and runtime. Read from params, not from the
+    sweep reports, which are not a table's inputs (a table built alone may have none, or an old one). Not a
+    Snakemake input of the scorecard: a run that is redone changes the tables, which rebuild the
+    scorecard, and a finished run's record does not change."""
     reports, found = Path(paths(p)["reports"]), set()
     for name, spec in p["tables"].items():
         f = reports / f"{name}.csv"
-        table = pd.read_csv(f, usecols=["experiment", "method", "point"]).dropna() if f.exists() else pd.DataFrame()
+        table = pd.read_csv(f, usecols=["experiment", "method", "point"]).dropna() if f.exists() else None
         for exp in spec.get("experiments", []):
-            sweep = reports / "sweeps" / f"{exp}.csv"
-            rows = pd.read_csv(sweep, usecols=["experiment", "method", "point"]) if sweep.exists() else table
-            for m in {split_variant(m)[0] for m in spec.get("methods", [])}:
-                for point in set(rows[(rows.experiment == exp) & (rows.method == m)].point.astype(str)):
+            runs = (p["experiments"].get(exp) or {}).get("methods") or {}
+            for m in {split_variant(m)[0] for m in spec.get("methods", [])} & set(runs):
+                points = set(swept_points(p, exp, m))
+                if table is not None:
+                    points |= set(table[(table.experiment == exp) & (table.method == m)].point.astype(str))
+                for point in points:
                     found.update(run_dir(paths(p), exp, m, point, 0).parent.glob("seed*/run.json"))
     return sorted(found)
 

@@ -190,9 +190,9 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
             f"Scale `{p['scale']}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
             f"(ddof={p.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
-            "vs the experiment's OOD set, positive = OOD, score = predictive entropy. Published: "
-            + ", ".join(spec.get("published", [])) + ". Δ = ours − published"
-            + (f"; ✓ = |Δ| within tolerance {tol}" if tol else "") + ".", ""]
+            "vs the experiment's OOD set, positive = OOD, score = predictive entropy."
+            + (" Published: " + ", ".join(spec["published"]) + ". Δ = ours − published"
+               + (f"; ✓ = |Δ| within tolerance {tol}" if tol else "") + "." if spec.get("published") else ""), ""]
 
 
 def _is_diverged(status: str) -> bool:
