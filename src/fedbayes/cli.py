@@ -21,6 +21,7 @@ from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
+from fedbayes.frontdoor import check_device
 from fedbayes.methods.spec import REQUIRED
 from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
@@ -42,6 +43,7 @@ def cmd_validate(args) -> None:
     p = _params(args)
 
     check_implementations(p)  # an installed method that cannot train, before it is planned
+    check_device(p)           # a CUDA device this machine lacks (imports torch only for one)
 
     for name in p["experiments"]:
         e = experiment_config(p, name)
