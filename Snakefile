@@ -7,8 +7,8 @@
 import yaml
 from snakemake.utils import min_version
 
-from fedbayes.config import as_read, check_implementations, load_params_text, validate
-from fedbayes.frontdoor import check_device
+from fedbayes.config import ConfigError, as_read, check_implementations, load_params_text, validate
+from fedbayes.frontdoor import check_device, environment_problems
 
 min_version("9.0")
 
@@ -38,6 +38,9 @@ check_implementations(config)
 # on a cluster they run elsewhere, and each training job checks its own machine (engine.loop.pick_device).
 if workflow.local_exec:
     check_device(config)
+# Environment variables set to a value fedbayes cannot use: every job would fail on them.
+if environment_problems():
+    raise ConfigError("; ".join(environment_problems()))
 
 
 include: "workflow/rules/common.smk"

@@ -176,3 +176,23 @@ def _walk(x: Any, path: tuple = ()):
 
 def _dotted(path: tuple) -> str:
     return ".".join(map(str, path)) or "<root>"
+
+
+# Environment variables fedbayes reads whose value is a choice (docs/workflow.md): a typo would otherwise
+# be a traceback in the training job that reads it (FEDBAYES_CUDA_GRAPHS) or silently mean "on"
+# (FEDBAYES_COMPILE); every command checks them at its start (fedbayes.cli.main).
+ENV_CHOICES = {"FEDBAYES_CUDA_GRAPHS": ("0", "1", "static"), "FEDBAYES_COMPILE": ("0", "1")}
+# the params schema's rule for paths.mlflow_uri (workflow/schemas/params.schema.yaml): the URI reaches
+# shell commands, so the variable that replaces it takes the same characters
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9_./@+,=~:%?-]*")
+
+
+def environment_problems(env: dict | None = None) -> list[str]:
+    """One line per environment variable set to a value fedbayes cannot use, naming it and what it takes."""
+    env = os.environ if env is None else env
+    out = [f"{k}={env[k]!r}: takes {', '.join(v)}" for k, v in ENV_CHOICES.items() if k in env and env[k] not in v]
+    uri = env.get("MLFLOW_TRACKING_URI")
+    if uri and not URI.fullmatch(uri):
+        out.append(f"MLFLOW_TRACKING_URI={uri[:80]!r}: not a tracking URI (scheme:path, e.g. sqlite:///mlflow.db or "
+                   "http://host:5000, without spaces or shell characters); unset it to use params.yaml's paths.mlflow_uri")
+    return out
