@@ -240,3 +240,35 @@ def test_the_schedules_the_papers_use_are_accepted(params, schema):
     assert "cosine_rounds" in METHOD_SPECS["fedivon"].schedules
     assert METHOD_SPECS["scaffold"].schedules == ("constant",)
     validate(params, schema)
+
+
+# --- the Snakefile: the same front door, before any job ---------------------------------------------
+
+def _latin1(d):
+    f = d / "params.yaml"
+    f.write_bytes(f.read_bytes() + "notes: café\n".encode("latin-1"))
+
+
+def _empty(d):
+    (d / "params.yaml").write_text("")
+
+
+def _integer_key(d):
+    f = d / "params.yaml"
+    p = yaml.safe_load(f.read_text())
+    p["experiments"][7] = p["experiments"][EXP]
+    f.write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+@pytest.mark.parametrize("damage, words", [
+    (_latin1, ["params.yaml", "not UTF-8"]), (_empty, ["params.yaml", "empty"]), (_integer_key, ["experiments.7"]),
+], ids=["latin1", "empty", "integer-key"])
+def test_snakemake_refuses_the_same_problems_before_any_job(tmp_path, repo, damage, words):
+    from dagutil import copy_repo, sh
+
+    d = copy_repo(repo, tmp_path / "repo", scale="smoke")
+    damage(d)
+    before = set(d.rglob("*"))
+    out = sh("snakemake --cores 1 -n reports/smoke/table1.csv", d, check=False, timeout=300)
+    assert all(w in out for w in words) and "Traceback" not in out, out[-3000:]
+    assert not [f for f in set(d.rglob("*")) - before if ".snakemake" not in f.parts], "wrote files"
