@@ -145,7 +145,7 @@ def test_every_environment_variable_read_is_enumerated():
     constants = {}
     for f in SRC.rglob("*.py"):
         text = f.read_text()
-        constants |= dict(re.findall(r'^(\w+_ENV) = "([A-Z][A-Z0-9_]*)"', text, re.M))
+        constants |= dict(re.findall(r'^(\w+_ENV) = "([A-Z][A-Z0-9_]*)"', text, re.MULTILINE))
         for line in text.splitlines():
             if "in os.environ" in line:   # any(k in os.environ for k in ("A", "B"))
                 names |= set(re.findall(r'"([A-Z][A-Z0-9_]*)"', line))
@@ -180,5 +180,5 @@ def test_numpy_and_torch_start_with_garbage_cpu_caps(repo):
     env = {**os.environ, **{k: "garbage" for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
                                                      "MKL_ENABLE_INSTRUCTIONS", "NPY_DISABLE_CPU_FEATURES")}}
     r = subprocess.run([sys.executable, "-c", "import fedbayes.cli, numpy, torch; torch.ones(3).sum()"],
-                       env=env, cwd=repo, capture_output=True, text=True, timeout=120)
+                       env=env, cwd=repo, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import yaml
-
 from dagutil import read_params
+
 from fedbayes.config import ConfigError, load_params, validate
 
 EXP = "fmnist10-iid-k10"

@@ -40,9 +40,12 @@ def key_problems(params: Any) -> list[str]:
     out = []
     for path, node in _walk(params):
         if isinstance(node, dict):
-            out += [f"{_dotted(path + (k,))}: the key {k!r} is a {type(k).__name__}; names in params.yaml are "
-                    f"strings (quote it: '{k}')" for k in node if not isinstance(k, str)]
+            out += [f"{_dotted(path + (k,))}: the key {k!r} is {_KINDS.get(type(k), 'not a string')}; names in "
+                    f"params.yaml are strings (quote it: '{_as_written(k)}')" for k in node if not isinstance(k, str)]
     return out
+
+
+_KINDS = {int: "a number", float: "a number", bool: "a boolean", type(None): "null"}
 
 
 def size_problems(params: Any) -> list[str]:
@@ -172,6 +175,13 @@ def _walk(x: Any, path: tuple = ()):
             stack.extend((path + (k,), v) for k, v in node.items())
         elif isinstance(node, list | tuple):
             stack.extend((path + (i,), v) for i, v in enumerate(node))
+
+
+def _as_written(key: Any) -> str:
+    """A key as YAML writes it: 7, 1.5, true, null."""
+    if key is None:
+        return "null"
+    return str(key).lower() if isinstance(key, bool) else str(key)
 
 
 def _dotted(path: tuple) -> str:
