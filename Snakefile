@@ -7,13 +7,15 @@
 import yaml
 from snakemake.utils import min_version
 
-from fedbayes.config import as_read, check_implementations, load_params_text, validate
+from fedbayes.config import ConfigError, as_read, check_implementations, load_params_text, validate
+from fedbayes.frontdoor import check_device, environment_problems
 
 min_version("9.0")
 
 
 # params.yaml as written, through fedbayes' loader first: Snakemake's own YAML loader keeps the last of
-# two equal keys silently and expands an alias bomb (ConfigError naming the key and line, or the bomb).
+# two equal keys silently and expands an alias bomb; a file that is not UTF-8 or holds no mapping is
+# refused too (ConfigError in one line naming the file, the key and line, or the bomb).
 load_params_text(Path(workflow.basedir, "params.yaml"))
 
 
@@ -32,6 +34,13 @@ validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.
 # An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
 # not in each of its training jobs (it imports torch; the jobs' own validation does not).
 check_implementations(config)
+# A CUDA device this machine lacks (torch is imported only for one): refused here where the jobs run here;
+# on a cluster they run elsewhere, and each training job checks its own machine (engine.loop.pick_device).
+if workflow.local_exec:
+    check_device(config)
+# Environment variables set to a value fedbayes cannot use: every job would fail on them.
+if environment_problems():
+    raise ConfigError("; ".join(environment_problems()))
 
 
 include: "workflow/rules/common.smk"

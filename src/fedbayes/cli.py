@@ -22,6 +22,7 @@ from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
 from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
 from fedbayes.fileio import LockHeld, LockRefused, try_exclusive_lock, write_text_atomic
+from fedbayes.frontdoor import check_device, environment_problems
 from fedbayes.methods.spec import REQUIRED, plugin_origin
 from fedbayes.ownership import check_outputs
 from fedbayes.partition import PartitionIntegrityError
@@ -36,6 +37,8 @@ from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_
 
 def _params(args):
     p = load_params(args.params, scale=args.scale)
+    if getattr(args, "table", None) is not None and args.table not in p["tables"]:
+        raise ConfigError(f"{_abbreviated(args.table)!r}: not a table of params.yaml (its tables: {', '.join(p['tables'])})")
     data_root(p)  # at rehearsal scale: the stand-ins generated so far read in place of the real data
     return p
 
@@ -44,6 +47,7 @@ def cmd_validate(args) -> None:
     p = _params(args)
 
     check_implementations(p)  # an installed method that cannot train, before it is planned
+    check_device(p)           # a CUDA device this machine lacks (imports torch only for one)
 
     for name in p["experiments"]:
         e = experiment_config(p, name)
@@ -428,7 +432,8 @@ def cmd_track(args) -> None:
         write_marker(args.marker, tracking_uri(p), imported)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The `fedbayes` command line: one subcommand per rule of the workflow (and a few for people)."""
     ap = argparse.ArgumentParser(prog="fedbayes", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -558,21 +563,49 @@ def main(argv=None) -> None:
     sp.add_argument("--marker", help="write the store and a line per imported MLflow run (id, point, seed, content hash) to this file "
                     "(the workflow's record of the import)")
     sp.set_defaults(fn=cmd_track)
+    return ap
 
+
+# arguments naming a file or folder: an empty one names none (Path("") is the working directory)
+PATH_ARGS = ("params", "out", "partition", "figure", "root", "status", "record", "rows_out", "goldens", "work",
+             "marker", "table_csv", "run_dir", "selected", "partition_figure")
+
+
+def argument_problem(args) -> str | None:
+    """What argparse cannot say about the parsed arguments: an empty path, a --run SEED that is no integer."""
+    for dest in PATH_ARGS:
+        if getattr(args, dest, None) == "":
+            return f"--{dest.replace('_', '-')}: an empty path names no file"
+    for run in getattr(args, "run", None) or ():
+        if not run[1].lstrip("-").isdigit():
+            return f"--run {' '.join(run)}: SEED {run[1]!r} is not an integer"
+    return None
+
+
+def main(argv=None) -> None:
+    ap = build_parser()
     args = ap.parse_args(argv)
-
+    if (why := argument_problem(args)) is not None:
+        ap.error(why)
+    if env := environment_problems():
+        print(f"fedbayes {args.cmd}: error: " + "; ".join(env), file=sys.stderr)
+        sys.exit(2)
     try:
         args.fn(args)
     except (ConfigError, DataUnavailableError, DataIntegrityError, PartitionIntegrityError, DamagedFile,
             FileNotFoundError, LockRefused) as e:
         print(f"fedbayes {args.cmd}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except OSError as e:  # a full disk, a read-only or forbidden place: one line, not a traceback
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+    except OSError as e:  # a full disk, a read-only or forbidden place, a file that cannot be one: one line
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM) and e.filename is None:
             raise
-        where = f": {e.filename}" if e.filename else ""
+        where = f": {_abbreviated(str(e.filename))}" if e.filename else ""
         print(f"fedbayes {args.cmd}: error: {e.strerror}{where}", file=sys.stderr)
         sys.exit(2)
+
+
+def _abbreviated(name: str, keep: int = 120) -> str:
+    return name if len(name) <= keep else f"{name[:keep]}… ({len(name)} characters)"
 
 
 if __name__ == "__main__":

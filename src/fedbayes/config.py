@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fedbayes import catalog
+from fedbayes import catalog, frontdoor
 from fedbayes.data import DATASETS
 from fedbayes.fileio import YAMLInputError, load_yaml
 from fedbayes.methods.spec import Validator
@@ -131,20 +131,54 @@ def stand_in_size(params: dict) -> str | None:
 
 
 def load_params_text(path: str | Path) -> Any:
-    """params.yaml (or the DAG's JSON of it) as written, not yet validated; ConfigError naming the file and
-    the line for a syntax error, a duplicate key or an alias bomb."""
+    """params.yaml (or the DAG's JSON of it) as written, not yet validated: a mapping; ConfigError in one
+    line naming the file (and the line) for a file that cannot be read, is not UTF-8, has a syntax error, a
+    duplicate key or an alias bomb, or holds no mapping (empty, a list, a scalar)."""
+    path = Path(path)
+    params = _parse_params(path, _read_utf8(path))
+    if not isinstance(params, dict):
+        what = "empty" if params is None else f"a {_KINDS.get(type(params), type(params).__name__)}"
+        raise ConfigError(f"{path}: the file is {what}; params hold a mapping of settings "
+                          "(scale:, seeds:, paths:, experiments:, ...) at the top level")
+    return params
+
+
+_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; ConfigError naming the file (and the line of a byte that is not UTF-8)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as "
+                          "UTF-8") from None
+
+
+def _parse_params(path: Path, text: str) -> Any:
+    """JSON where the text is JSON (the DAG hands the CLI its effective configuration as JSON, whose 5e-05
+    YAML 1.1 would read as a string), YAML otherwise: a flow-style YAML mapping starts with a brace too."""
     import yaml
 
-    path = Path(path)
-    text = path.read_text()
     try:
-        # The DAG hands the CLI its effective configuration as JSON, which YAML 1.1 would misread
-        # (PyYAML takes JSON's 5e-05 for a string): parse JSON as JSON.
         if text.lstrip().startswith("{"):
-            return json.loads(text, object_pairs_hook=_unique_keys)
+            try:
+                return json.loads(text, object_pairs_hook=_unique_keys)
+            except json.JSONDecodeError:
+                pass   # not JSON: flow-style YAML, read below
         return load_yaml(text)
-    except (YAMLInputError, ValueError, yaml.YAMLError) as e:  # YAMLInputError, JSONDecodeError: ValueErrors
-        raise ConfigError(f"{path}: {e}") from None
+    except (YAMLInputError, ValueError, yaml.YAMLError) as e:  # YAMLInputError, a JSON duplicate: ValueErrors
+        raise ConfigError(f"{path}: {_one_line(e)}") from None
+
+
+def _one_line(e: Exception) -> str:
+    """A parser's message on one line (PyYAML's spans several: the problem, then where)."""
+    return " ".join(str(e).split())
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -238,7 +272,12 @@ def validate(params: dict, schema: dict) -> None:
     that no run could do as written: non-finite numbers, keys a method's block sets that the method does
     not take (``_foreign_hparams``), schema violations (integers strict, every sweep grid value under its
     hyperparameter's rule; the schema completed from the method specs), then the semantic checks."""
-    problems = _value_problems(params) + _left_out_methods(params) + _uninstalled_methods(params)
+    if not isinstance(params, dict):
+        raise ConfigError(f"params.yaml: the top level is {'empty' if params is None else type(params).__name__}; "
+                          "params hold a mapping of settings (scale:, seeds:, paths:, experiments:, ...)")
+    # bounded first (an alias bomb stops it); then keys the later checks join into dotted names
+    problems = _value_problems(params) or frontdoor.key_problems(params) + frontdoor.size_problems(params)
+    problems = problems or _left_out_methods(params) + _uninstalled_methods(params)
     problems = problems or _foreign_hparams(params)
     if problems:
         raise ConfigError("params.yaml is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -307,6 +346,8 @@ def check_semantics(params: dict) -> None:
             if s < 0:
                 problems.append(f"seeds must be non-negative, got {s}")
     problems += _unused_name_problems(params, METHODS)
+    problems += frontdoor.name_problems(params) + frontdoor.report_name_problems(params)
+    problems += frontdoor.metric_problems(params)
     split_variant = catalog.split_variant
 
     h = params.get("headline")
@@ -532,36 +573,66 @@ def _unused_name_problems(params: dict, methods: dict) -> list[str]:
 
 
 def _hparam_problems(params: dict, name: str, e: dict) -> list[str]:
-    """Every run's hyperparameters (each sweep point, at this scale) as its method reads them: a rule of the
-    method's spec broken (a value valid alone but not beside another, ``Hyperparameters.problems``) is
-    named here, not found by a training job."""
+    """Every run's hyperparameters (each sweep point, at this scale) as its method reads them (``_run_problems``)
+    and the path its files would have: named here, not found by a training job. A problem every point of a
+    method shares is said once, without the point."""
     METHOD_SPECS = catalog.METHOD_SPECS
-    from fedbayes.methods.spec import Hyperparameters
 
     out = []
     if e.get("selection_from") and e["selection_from"] not in params["experiments"]:
         return out   # its grid is another experiment's, which is not there: check_semantics says so
+    roots, seed, scale = paths(params), max(seeds(params)), params.get("scale", "paper")
     for m in e["methods"]:
         spec = METHOD_SPECS.get(m)
         if spec is None:
             continue   # unknown names are reported by check_semantics
         fixed, grid = _method_spec(params, name, m)
         points = sweep_points(params, name, m) if grid or e.get("selection_from") else {DEFAULT_POINT: {}}
-        for point in points:   # a string value with a space or a slash names no run directory
-            if not POINT_ID.fullmatch(point):
+        hp = _fixed_hparams(params, e, m, fixed, _read_merge)   # as method_hparams, read only
+        found: dict[str, list[str]] = {}
+        for point, values in points.items():
+            if not POINT_ID.fullmatch(point):   # a string value with a space or a slash names no run directory
                 out.append(f"experiments.{name}.methods.{m}: sweep point {point!r} cannot name a run (its values "
                            "must be numbers, booleans or words of letters, digits and _ . -)")
-        if spec.params.problems is Hyperparameters.problems:
-            continue   # no rule across values (single values are checked by the schema)
-        hp = _fixed_hparams(params, e, m, fixed)   # as method_hparams, without re-reading the experiment
-        for point, values in points.items():
-            try:
-                spec.params.from_hparams({**hp, **values, **spec.fixed})
-            except ValueError as err:
-                scale = params.get("scale", "paper")
-                out.append(f"experiments.{name}.methods.{m}" + (f" (scale {scale})" if scale != "paper" else "")
-                           + (f", sweep point {point}" if point != DEFAULT_POINT else "") + f": {err}")
+            why = _run_problems(spec, {**hp, **values, **spec.fixed})
+            why.append(frontdoor.run_path_problem(roots, name, m, point, seed))
+            for w in filter(None, why):
+                found.setdefault(w, []).append(point)
+        out += _said_once(f"experiments.{name}.methods.{m}" + (f" (scale {scale})" if scale != "paper" else ""),
+                          found, len(points))
     return sorted(set(out))
+
+
+def _said_once(where: str, found: dict[str, list[str]], n_points: int) -> list[str]:
+    """A line per problem (``found``: problem -> the sweep points that have it), naming the point unless every
+    point of several has it."""
+    out = []
+    for why, at in found.items():
+        if n_points > 1 and len(at) == n_points:
+            out.append(f"{where}: {why}")
+        else:
+            out += [f"{where}" + (f", sweep point {point}" if point != DEFAULT_POINT else "") + f": {why}" for point in at]
+    return out
+
+
+def _run_problems(spec, hp: dict) -> list[str]:
+    """What one run's method cannot train with: a required hyperparameter set nowhere (``Options.unset``), a
+    learning-rate schedule the method does not honour (``MethodSpec.schedules``), a rule of its spec broken (a value valid alone but not beside another,
+    ``Options.problems``)."""
+    from fedbayes.methods.spec import Hyperparameters, defaults
+
+    out = [f"{k} is required (it has no default) and set nowhere for this run; set it in the experiment's "
+            f"train: block or in methods.{spec.key}" for k in spec.params.unset(hp)]
+    schedule = hp.get("lr_schedule", defaults(spec.params)["lr_schedule"])
+    if schedule not in spec.schedules:
+        out.append(f"lr_schedule {schedule} is not honoured by {spec.key} (its training honours "
+                   f"{', '.join(spec.schedules)}); set one of those for {spec.key}")
+    if spec.params.problems is not Hyperparameters.problems:   # (single values are checked by the schema)
+        try:
+            spec.params.from_hparams(hp)
+        except ValueError as err:
+            out.append(str(err))
+    return out
 
 
 def _window_problems(params: dict, name: str, e: dict) -> list[str]:
@@ -726,18 +797,19 @@ def method_hparams(params: dict, experiment: str, method: str, point: str = DEFA
     return {k: v for k, v in hp.items() if not (k in HPARAM_DEFAULTS and v == HPARAM_DEFAULTS[k])}
 
 
-def _fixed_hparams(params: dict, e: dict, method: str, fixed: dict) -> dict:
+def _fixed_hparams(params: dict, e: dict, method: str, fixed: dict, merge=None) -> dict:
     """A method's hyperparameters before the sweep point: the experiment's ``train``, the method's own
     values (``fixed``, from _method_spec), then the scale's overlay (``train``, ``hparams``, then the
-    method's own ``methods.<m>``)."""
-    hp = deep_merge(e["train"], fixed)
+    method's own ``methods.<m>``). ``merge``: ``deep_merge`` (default), or ``_read_merge`` for a result that
+    is only read (validation: no copies)."""
+    merge = merge or deep_merge
+    hp = merge(e["train"], fixed)
     small = overlay(params)
     if small:
-        hp = deep_merge(deep_merge(hp, small.get("train")), _declared(method, small.get("hparams")))
-        hp = deep_merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
-        here = _scale_override(params, e["name"], method)                # … in this experiment
-        here.pop("sweep", None)
-        hp = deep_merge(hp, here)
+        hp = merge(merge(hp, small.get("train")), _declared(method, small.get("hparams")))
+        hp = merge(hp, (small.get("methods") or {}).get(method))   # one method's value at this scale
+        here = _scale_override(params, e["name"], method)           # … in this experiment
+        hp = merge(hp, {k: v for k, v in here.items() if k != "sweep"})
     return hp
 
 
@@ -787,6 +859,14 @@ def _declared(method: str, shared: dict | None) -> dict:
         return shared or {}
     takes = set(spec.hparams())
     return {k: v for k, v in shared.items() if k in takes}
+
+
+def _read_merge(base: dict, override: dict | None) -> dict:
+    """``deep_merge`` without copying what is not merged: for hyperparameters that are only read."""
+    out = dict(base)
+    for k, v in (override or {}).items():
+        out[k] = _read_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def partition_config(params: dict, experiment: str, seed: int) -> dict:

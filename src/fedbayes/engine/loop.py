@@ -61,6 +61,11 @@ class RunData:
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """The torch device of params.yaml's ``device``; ConfigError naming the key for a CUDA device this
+    machine lacks (``frontdoor.check_device``)."""
+    from fedbayes.frontdoor import check_device
+
+    check_device({"device": name})
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

@@ -22,7 +22,7 @@ import dataclasses
 import importlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, ClassVar
@@ -39,6 +39,7 @@ NEEDS = {
 }
 
 POINT: Mapping[str, str] = {"": "point"}
+SCHEDULES = ("constant", "cosine_rounds", "linear_local")   # lr_schedule (methods/core/ivon.py lr_schedule)
 
 
 class _Required:
@@ -134,9 +135,21 @@ class Options:
         if broken:
             raise ValueError(f"{self._owner()}: " + "; ".join(broken))
 
+    # REQUIRED fields a run may leave unset, each with the test of the run's values under which it is read
+    # after all (``unset``); merged over the bases. Every other REQUIRED field is read by every run.
+    read_when: ClassVar[Mapping[str, Callable[[Mapping[str, Any]], bool]]] = {}
+
     def missing(self) -> list[str]:
         """The ``needed`` fields that no value was given for."""
         return [name for name in self.needed if getattr(self, name) is REQUIRED]
+
+    @classmethod
+    def unset(cls, hp: Mapping[str, Any]) -> list[str]:
+        """The REQUIRED fields a run with hyperparameters ``hp`` reads and that ``hp`` does not set (validation
+        refuses such a run: its method would read REQUIRED where it needs a number)."""
+        values = {**defaults(cls), **hp}
+        when = _read_when(cls)
+        return [k for k in _required(cls) if k not in hp and (k not in when or when[k](values))]
 
     @classmethod
     def _owner(cls) -> str:
@@ -163,9 +176,30 @@ class Options:
 
 
 
+@cache
+def defaults(cls: type) -> dict[str, Any]:
+    """name → default of every field of an ``Options`` class (``REQUIRED`` where it has none)."""
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+@cache
+def _required(cls: type) -> tuple[str, ...]:
+    return tuple(k for k, v in defaults(cls).items() if v is REQUIRED)
+
+
+@cache
+def _read_when(cls: type) -> dict[str, Callable[[Mapping[str, Any]], bool]]:
+    out: dict = {}
+    for c in reversed(cls.__mro__):
+        out.update(vars(c).get("read_when", {}))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class LocalTraining(Options):
     """How a client trains (the shared local loop, ``fedbayes.methods.core.base``)."""
+
+    read_when: ClassVar = {"lr_final": lambda v: v["lr_schedule"] == "linear_local"}
 
     optimizer: str = hparam("adam", enum("adam", "sgd"), "local optimiser (methods/core/local.py make_optimizer)",
                             sweep=True, train=True)
@@ -177,7 +211,7 @@ class LocalTraining(Options):
     client_optimizer: str = hparam("fresh", enum("fresh", "persistent"),
                                    "persistent: each client keeps its optimiser state across rounds "
                                    "(FedLap/BayesADMM code)", sweep=True, code_default=True)
-    lr_schedule: str = hparam("constant", enum("constant", "cosine_rounds", "linear_local"),
+    lr_schedule: str = hparam("constant", enum(*SCHEDULES),
                               "learning-rate schedule (methods/core/ivon.py lr_schedule)")
     lr_final: float = hparam(REQUIRED, POSNUM, "final learning rate of a decaying lr_schedule")
 
@@ -186,6 +220,8 @@ class LocalTraining(Options):
 class EngineOptions(Options):
     """The engine's per-run options (``fedbayes.engine.loop`` reads these, a method never does): set in a
     method's block of params.yaml like its hyperparameters, and recorded with them."""
+
+    read_when: ClassVar = {"mc_every": lambda v: False}   # unset: the experiment's mc_every, else eval_every
 
     client_stream: str = hparam("independent", enum("independent", "replay"),
                                 "replay: one random stream for every client and round (BayesADMM code)")
@@ -219,6 +255,10 @@ class MethodSpec:
     needs:          what it needs from the run beyond the clients' data (keys of ``NEEDS``)
     fixed:          hyperparameters the method fixes (``fedep_i`` is FedEP with ``variant: I``)
     doc:            one line: the paper and what the method does
+    schedules:      the ``lr_schedule`` values its training honours (validation refuses the others): the
+                    shared local loop (``Method.local_train``) honours ``constant`` and ``linear_local``;
+                    ``cosine_rounds`` needs the round, which only a method passing it to
+                    ``core.ivon.lr_schedule`` honours; a method with a loop of its own declares its own
     """
 
     key: str
@@ -229,6 +269,7 @@ class MethodSpec:
     needs: frozenset[str] = frozenset()
     fixed: Mapping[str, Any] = field(default_factory=dict)
     doc: str = ""
+    schedules: tuple[str, ...] = ("constant", "linear_local")
 
     def __post_init__(self) -> None:
         problems = []
@@ -246,6 +287,9 @@ class MethodSpec:
         if isinstance(self.params, type) and issubclass(self.params, Hyperparameters) and \
                 {f.name for f in dataclasses.fields(self.params)} & set(RESERVED):
             problems.append(f"params may not declare {sorted(set(RESERVED))} (keys of methods.<m> in params.yaml)")
+        if not set(self.schedules) <= set(SCHEDULES) or "constant" not in self.schedules:
+            problems.append(f"schedules must hold 'constant' and name lr_schedule values {SCHEDULES}, "
+                            f"got {self.schedules!r}")
         if set(self.needs) - set(NEEDS):
             problems.append(f"needs: unknown {sorted(set(self.needs) - set(NEEDS))}; known: {sorted(NEEDS)}")
         if problems:

@@ -18,4 +18,5 @@ class Params(Hyperparameters):
 
 
 SPEC = MethodSpec(key="fedavgm", implementation="fedbayes.methods.fedavgm.algorithm:FedAvgM", params=Params,
-                  doc="FedAvg with SGD-M clients and server (spec 002)")
+                  doc="FedAvg with SGD-M clients and server (spec 002)",
+                  schedules=("constant",))   # its own SGD-M loop has no schedule

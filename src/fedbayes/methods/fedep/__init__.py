@@ -37,15 +37,18 @@ class Params(FedAvgMParams):
         return []
 
 
+NO_SCHEDULE = ("constant",)   # FedAvgM's SGD-M loop (burn-in) and the EP loop have no learning-rate schedule
+
+
 def family(key: str, cls: str, doc: str) -> dict[str, MethodSpec]:
     """``key`` (the class ``cls`` of ``fedbayes.methods.<key>.algorithm``) and its rows ``<key>_i`` …
     ``<key>_v``, each with the tilted approximation fixed."""
     impl = f"fedbayes.methods.{key}.algorithm:{cls}"
-    out = {key: MethodSpec(key=key, implementation=impl, params=Params, doc=doc, variants=EP_AND_MC)}
+    out = {key: MethodSpec(key=key, implementation=impl, params=Params, doc=doc, variants=EP_AND_MC, schedules=NO_SCHEDULE)}
     for v in "IMLV":
         out[f"{key}_{v.lower()}"] = MethodSpec(key=f"{key}_{v.lower()}", implementation=impl, params=Params,
                                                doc=f"{cls} with variant {v} (spec 002)", variants=EP_AND_MC,
-                                               fixed={"variant": v})
+                                               fixed={"variant": v}, schedules=NO_SCHEDULE)
     return out
 
 

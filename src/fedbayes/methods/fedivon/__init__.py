@@ -14,4 +14,5 @@ class Params(IVONParams):
 
 
 SPEC = MethodSpec(key="fedivon", implementation="fedbayes.methods.fedivon.algorithm:FedIVON", params=Params,
-                  doc="FedIVON (spec 003)", variants={"": "samples", "mean": "point"})
+                  doc="FedIVON (spec 003)", variants={"": "samples", "mean": "point"},
+                  schedules=("constant", "cosine_rounds", "linear_local"))   # its own IVON loop, given the round

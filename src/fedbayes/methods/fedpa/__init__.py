@@ -14,4 +14,5 @@ class Params(FedAvgMParams):
 
 
 SPEC = MethodSpec(key="fedpa", implementation="fedbayes.methods.fedpa.algorithm:FedPA", params=Params,
-                  doc="FedPA (Al-Shedivat et al. 2021; spec 002)")
+                  doc="FedPA (Al-Shedivat et al. 2021; spec 002)",
+                  schedules=("constant",))   # FedAvgM's SGD-M loop, no schedule

@@ -18,4 +18,5 @@ class Params(CurvatureParams):
 
 
 SPEC = MethodSpec(key="fola", implementation="fedbayes.methods.fola.algorithm:FOLA", params=Params,
-                  doc="FOLA (spec 004)", needs=frozenset({"local_models"}))
+                  doc="FOLA (spec 004)", needs=frozenset({"local_models"}),
+                  schedules=("constant",))   # its own local loop has no schedule

@@ -8,4 +8,5 @@ from fedbayes.methods.spec import MethodSpec
 Params = ServerStep
 
 SPEC = MethodSpec(key="scaffold", implementation="fedbayes.methods.scaffold.algorithm:Scaffold", params=Params,
-                  doc="SCAFFOLD (Karimireddy et al. 2020; spec 004 §4.4)", needs=frozenset({"local_models"}))
+                  doc="SCAFFOLD (Karimireddy et al. 2020; spec 004 §4.4)", needs=frozenset({"local_models"}),
+                  schedules=("constant",))   # its control variates assume a constant SGD step
