@@ -100,6 +100,12 @@ def counts(cells: pd.DataFrame) -> dict:
     return {v: int(c.get(v, 0)) for v in VERDICTS}
 
 
+def ran_counts(cells: pd.DataFrame) -> tuple[int, int]:
+    """(within, compared) of published cells with their ``verdict``: compared = within + outside."""
+    c = counts(cells)
+    return c["within tolerance"], c["within tolerance"] + c["outside tolerance"]
+
+
 def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
     """What a person reads after a table job (instead of the frame): what was built, the published
     cells by verdict (the scorecard's classification, :func:`verdict`), and where the files are."""
