@@ -148,6 +148,7 @@ SCORECARD = f"{REPORTS}/README.md"
 rule scorecard:
     input:
         tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
+        toys=[f"{REPORTS}/{t}.csv" for t in config.get("toys", {})],  # their published cells and figure claims
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
         code=fixed(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),

@@ -324,6 +324,50 @@ def _tol(spec: dict) -> str:
     return ", ".join(f"{k} ±{v}" for k, v in (spec.get("tolerance") or {}).items()) or "none"
 
 
+class FigureClaim(ClaimResult):
+    """A paper's claim about one of its figures, checked on the toy's own verdict column (the toy reads the
+    claim and its threshold from papers/<paper>.yaml `figure_claims`)."""
+
+    @property
+    def ours(self) -> str:
+        c = self.checks[0]
+        return "holds" if c.ours == "holds" else "does not hold"
+
+    @property
+    def published(self) -> str:
+        return "holds"
+
+
+def toy_results(p: dict) -> tuple[pd.DataFrame, list]:
+    """The data-free targets (params `toys`) as the scorecard counts them: a toy whose CSV has published values
+    and an acceptable range gives published cells (its verdict: ``within`` the range or ``outside``), one
+    whose CSV has a claim and a verdict per row gives figure claims."""
+    reports, frames, claims = Path(paths(p)["reports"]), [], []
+    for name in p.get("toys", {}):
+        f = reports / f"{name}.csv"
+        if not f.exists():
+            continue
+        df = pd.read_csv(f)
+        paper = paper_of(name)
+        if {"published_mean", "within_range"} <= set(df.columns):
+            table = name.split("/", 1)[1]
+            experiment, row = next(iter(load_paper(paper)["tables"][table]["rows"].items()))
+            frames.append(pd.DataFrame({
+                "table": name, "experiment": experiment, "method": df.method,
+                "metric": [next(iter(row[m])) for m in df.method], "round": float("nan"), "target": float("nan"),
+                "statistic": "mean over draws", "ours_mean": df.ours_mean, "published_mean": df.published_mean,
+                "published_source": f"{paper} {table}", "diff": df.ours_mean - df.published_mean,
+                "within_tol": df.within_range.astype(bool), "status": "ok"}))
+        elif {"paper", "verdict"} <= set(df.columns):
+            for r in df[df.verdict.fillna("") != ""].itertuples():
+                value = "never" if pd.isna(r.value) else f"{r.value:.4g}"
+                claims.append((paper, {"text": f"Fig. {r.figure}: {r.paper}", "table": name},
+                               FigureClaim(paper, {"text": r.paper}, [Check(f"Fig. {r.figure}", r.verdict, "holds",
+                                                                              f"{r.quantity} is {value}")])))
+    cells = published_cells(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+    return cells, claims
+
+
 def build_scorecard(p: dict, out: str | Path) -> dict:
     """Write the scorecard to ``out`` and return its counts ({table: {verdict: n}} plus "distinct")."""
     if stand_in_size(p):
@@ -343,15 +387,19 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         frames[name] = df
         all_cells.append(published_cells(df))
         subs[name] = substitute_cells(df, spec)
-    cells = pd.concat(all_cells, ignore_index=True)
+    toy_cells, figure_claims = toy_results(p)
+    toys = list(dict.fromkeys(toy_cells.table)) if len(toy_cells) else []
+    for name in toys:
+        subs[name] = toy_cells.iloc[:0]
+    cells = pd.concat(all_cells + [toy_cells], ignore_index=True)
     dist = distinct(cells, {n: s.get("published_as", {}) for n, s in p["tables"].items()})
-    result = {n: counts(cells[cells.table == n]) for n in names}
+    result = {n: counts(cells[cells.table == n]) for n in names + toys}
     result["distinct"] = counts(dist)
     n = result["distinct"]
     ran = n["within"] + n["outside"]
     numbers, lo, hi, shared = per_number(dist)
     result["per_number"] = (numbers, lo, hi)
-    tlink = {name: f"[{name}]({_link(str(reports / (name + '.md')), reports)})" for name in names}
+    tlink = {name: f"[{name}]({_link(str(reports / (name + '.md')), reports)})" for name in names + toys}
 
     # the papers' claims, checked once, used at the top, in each paper's block and in their own section
     papers_cited = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
@@ -359,6 +407,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     for paper, claim in paper_claims(papers_cited):
         claims.append((paper, claim, check_claim(frames[claim["table"]], paper, claim,
                                                   p["tables"][claim["table"]].get("substitutes", {}))))
+    claims += figure_claims
 
     # the outside cells, each distinct (experiment, method, metric, round, statistic, numbers) once, by cause
     outside = cells[cells.verdict == "outside"].copy()
@@ -377,7 +426,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
 
     def cause_count(frame) -> str:
         g = frame.groupby("_cause", sort=False)._key.nunique()
-        return "; ".join(f"{number[i]}. {cause_title(i)} ({k})" for i, k in sorted(g.items(), key=lambda x: number[x[0]]))
+        # the cause's number and the head of its title (before a colon): the full title is listed above
+        return "; ".join(f"{number[i]}. {cause_title(i).split(':')[0]} ({k})" for i, k in sorted(g.items(), key=lambda x: number[x[0]]))
 
     L = ["# Reproduction scorecard", "",
          f"Which published numbers come back here, which do not, and why. Built by "
@@ -387,7 +437,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
 
     # --- in short
     no_cell = [pp for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"
-               and sum(result[t][v] for t in names if paper_of(t) == pp for v in RAN) == 0]
+               and sum(result[t][v] for t in names + toys if paper_of(t) == pp for v in RAN) == 0]
     with_sub = [pp for pp in no_cell if sum(len(subs[t]) for t in names if paper_of(t) == pp)]
     headline_methods = {split_variant(m)[0] for t in names if paper_of(t) == "headline" for m in p["tables"][t]["methods"]}
     in_headline = [pp for pp in no_cell if pp not in with_sub and headline_methods & {
@@ -395,7 +445,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     titles = {pp: load_paper(pp).get("title", pp) for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"}
     short_name = {pp: t.rsplit("(", 1)[-1].rstrip(")") if "(" in t else pp for pp, t in titles.items()}
     L += ["## In short", "",
-          f"- **{n['within']} of {ran}** {PER_TABLE}, of those we ran, are *within* the paper table's tolerance "
+          f"- **{n['within']} of {ran}** {PER_TABLE}, that we ran are *within* the paper table's tolerance "
           f"({n['outside']} *outside*). Counted as {PER_NUMBER} "
           f"— " + "; ".join(f"{k} numbers are printed by both the {' and the '.join(short_name.get(x, x) for x in ps)} "
                             "paper" for ps, k in shared.items()) + " — it is "
@@ -417,7 +467,11 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         L += ["**Claims that do not hold on our numbers** (each holds on the paper's own table unless said):", ""]
         L += [f"- {short_name.get(paper, paper)}: \"{claim['text']}\" — {res.ours}"
               + ("" if res.published.startswith("holds") else f"; on the paper's own table it {res.published}")
-              for paper, claim, res in failing]
+              for paper, claim, res in failing if not isinstance(res, FigureClaim)]
+        figs = [(paper, claim, res) for paper, claim, res in failing if isinstance(res, FigureClaim)]
+        for pp in dict.fromkeys(paper for paper, _, _ in figs):
+            L.append(f"- {short_name.get(pp, pp)}, figures: " + "; ".join(
+                f"\"{claim['text']}\"" for paper, claim, res in figs if paper == pp) + " (table below)")
         L.append("")
     L += [f"**Why cells are outside tolerance**, each cause with its number of {PER_TABLE} (evidence and "
           "cells in [the section below](#why-cells-are-outside-tolerance)):", ""]
@@ -425,29 +479,29 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
           for i, k in per_cause.items()] or ["None."]
     if len(per_cause):
         L += ["", f"Together {int(per_cause.sum())}: the {n['outside']} *outside* above."
-              + (f" The {sum(extra.values())} cells *outside* in the headline table only (at its tolerance, or a "
-                 "second prediction of runs whose paper cell is counted once) are counted in its block below, "
-                 "not in this basis." if extra else "")]
+              + (f" The {sum(extra.values())} cells *outside* in the headline table only are counted in its block "
+                 "below." if extra else "")]
     L.append("")
 
     # --- one block per paper
     L += ["## Per paper", ""]
     for pp in dict.fromkeys(paper_of(t) for t in names):
         ts = [t for t in names if paper_of(t) == pp]
-        c = {v: sum(result[t][v] for t in ts) for v in VERDICTS}
+        tt = [t for t in toys if paper_of(t) == pp]  # its data-free targets with published cells
+        c = {v: sum(result[t][v] for t in ts + tt) for v in VERDICTS}
         got = c["within"] + c["outside"]
         sub = sum(len(subs[t]) for t in ts)
         title = titles.get(pp, "Headline benchmark: every method on the same Fashion-MNIST experiments")
         L += [f"### {title}", ""]
-        L.append("- **Command:** `snakemake --cores all " + " ".join(f"{reports}/{t}.md" for t in ts) + "`")
+        L.append("- **Command:** `snakemake --cores all " + " ".join(f"{reports}/{t}.md" for t in ts + tt) + "`")
         per_t = [f"{tlink[t]} {result[t]['within']}/{result[t]['within'] + result[t]['outside']}"
-                 for t in ts if result[t]["within"] + result[t]["outside"]]
+                 for t in ts + tt if result[t]["within"] + result[t]["outside"]]
         mine = [(cl, res) for paper, cl, res in claims if paper == pp]
         held = [cl["text"] for cl, res in mine if res.ours.startswith("holds")]
         tested = [cl["text"] for cl, res in mine if not res.ours.startswith("not testable")]
         if got:
             L.append(f"- **Within:** {c['within']} of {got} compared cells "
-                     f"({', '.join(per_t)})" + (f"; claims that hold on our numbers: {len(held)} of {len(mine)}" if mine else "") + ".")
+                     f"({', '.join(per_t)})" + (f"; claims that hold on our numbers: {len(held)} of {len(tested)}" if tested else "") + ".")
             o = outside[outside.table.isin(ts)]
             fail = [cl["text"] for cl, res in mine if res.ours.startswith("does not hold")]
             L.append(f"- **Outside:** {c['outside']} cells"
@@ -533,12 +587,15 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     details = []
     for paper, claim, res in claims:
         alt = []
-        statistic = p["tables"][claim["table"]]["statistic"]
-        for a in alternates:  # the same cells (same statistic) in a table of runs under another setting
+        statistic = p["tables"][claim["table"]]["statistic"] if claim["table"] in p["tables"] else None
+        for a in alternates if statistic else ():  # the same cells (same statistic) in a table of runs under another setting
             alt_df = pd.read_csv(a["csv"])
             r2 = check_claim(alt_df[alt_df.statistic == statistic], paper, claim)
             alt.append(mark(r2.ours) if r2.ours != "not testable here" else "·")
-        L.append("| " + " | ".join([paper, claim["text"], mark(res.ours), mark(res.published)] + alt) + " |")
+        L.append("| " + " | ".join([paper, claim["text"], mark(res.ours), mark(res.published)]
+                                   + (alt or ["·"] * len(alternates))) + " |")
+        if isinstance(res, FigureClaim):  # its one number is in the row above
+            continue
         details += [f"- **{claim['text']}** ({paper}, {claim['table']}, {claim['metric']} at round "
                     f"{claim.get('round', 'last')}" + (f", margin {claim['by']}" if claim.get("by") else "") + "):"]
         details += [f"  - {c.experiment}: {c.detail}" if c.ours != "not testable" or c.published == "does not hold"
@@ -556,7 +613,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
           "obtain): no published value to compare, counted apart.", ""]
     head = ["paper / table", "cells"] + list(VERDICTS) + ["substitute"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name in names:
+    for name in names + toys:
         c = result[name]
         L.append("| " + " | ".join([tlink[name], str(sum(c.values()))] + [str(c[v]) if c[v] else "·" for v in VERDICTS]
                                    + [str(len(subs[name])) if len(subs[name]) else "·"]) + " |")
