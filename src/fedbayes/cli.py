@@ -352,12 +352,9 @@ def cmd_headline(args) -> None:
 
 def cmd_scorecard(args) -> None:
     p = _params(args)
-    from fedbayes.reports.scorecard import build_scorecard  # (lazy: pandas)
+    from fedbayes.reports.scorecard import build_scorecard, terminal_line  # (lazy: pandas)
 
-    c = build_scorecard(p, args.out)["distinct"]
-    ran = c["within tolerance"] + c["outside tolerance"]
-    print(f"wrote {args.out}: {c['within tolerance']} of {ran} distinct published cells run with a tolerance are "
-          f"within it; {c['not run (data unavailable)']} not run (data unavailable), {c['not comparable']} not comparable")
+    print(f"wrote {args.out}: {terminal_line(build_scorecard(p, args.out))}")
 
 
 def cmd_rehearsal_summary(args) -> None:

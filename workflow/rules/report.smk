@@ -161,15 +161,16 @@ SCORECARD = f"{REPORTS}/README.md"
 rule scorecard:
     input:
         tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
+        toys=[f"{REPORTS}/{t}.csv" for t in config.get("toys", {})],  # their published cells and figure claims
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
-        code=fixed(code("reports/scorecard.py", "papers", "published.py")),
+        code=fixed(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),
     output:  # in Snakemake's report, its own category (once built: see in_report)
         report(SCORECARD, caption="../report/scorecard.rst", category="Reproduction scorecard",
                labels={"file": "README.md"}) if Path(SCORECARD).exists() else SCORECARD,
     params:
         spec=json.dumps(_SC, sort_keys=True),
-        code=code_hash(code("reports/scorecard.py", "papers", "published.py")),
+        code=code_hash(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),
     log:
         f"{WORK}/logs/scorecard.log",
     shell:
@@ -188,14 +189,14 @@ if HEADLINE:
         input:
             table=f"{REPORTS}/{HEADLINE['table']}.csv",
             outputs=missing_outputs("headline", [str(f) for f in headline_plot_files(config)], f"{REPORTS}/metrics"),
-            code=fixed(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
+            code=fixed(code("reports/headline.py", "reports/verdicts.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
         output:
             metrics=directory(f"{REPORTS}/metrics"),
             plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
                    for f in headline_plot_files(config)],
         params:
             spec=json.dumps(HEADLINE, sort_keys=True),
-            code=code_hash(code("reports/headline.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
+            code=code_hash(code("reports/headline.py", "reports/verdicts.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
         log:
             f"{WORK}/logs/headline.log",
         shell:

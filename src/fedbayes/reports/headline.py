@@ -4,11 +4,12 @@ params.yaml ``headline`` names the table, the metrics and the curves:
 
 - ``<reports>/metrics/<experiment>/<method>.json``: a JSON per experiment × method, ``{"<metric>": {"ours":
   …, "published": …, "verdict": …}}``, the table's cell at the experiment's last reported round (its
-  statistic over seeds; accuracy in %, as in the tables): our value, the published one, and
-  ``reproduces`` / ``outside`` (within the table's tolerance or not, its ``within_tol``: table.md's ✓) or
-  ``not compared`` (no published value, or no tolerance for the metric). ``dvc metrics show`` prints a
-  row per experiment × method and these three columns per metric. A cell with no number of ours (not
-  run) is left out, and so is a missing published value: JSON has no NaN.
+  statistic over seeds; accuracy in %, as in the tables): our value, the published one, and the cell's
+  verdict in the scorecard's words (fedbayes.reports.verdicts: ``within`` / ``outside`` the table's
+  tolerance, table.md's ✓ / ✗; ``no tolerance`` where the table sets none for the metric).
+  ``dvc metrics show`` prints a row per experiment × method and these three columns per metric. A cell
+  with no number of ours (not run) is left out, and so are a missing published value and its verdict:
+  JSON has no NaN.
 - ``<reports>/plots/<table>_<experiment>_<metric>.csv``: long format, ``round,method,<metric>`` (``test_acc``):
   a row per round and table method (``bayesadmm@mean``: the runs' point predictions) with the mean over
   seeds of the metric. A round a method did not evaluate has no row (BayesADMM's and FedIVON's sampled
@@ -27,6 +28,7 @@ from fedbayes.catalog import split_variant
 from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.eval.registry import PERCENT
+from fedbayes.reports import verdicts
 from fedbayes.reports.cells import experiment_status
 from fedbayes.runfiles import read_curves
 from fedbayes.runpaths import run_dir
@@ -55,11 +57,11 @@ def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and x != x)
 
 
-def verdict(cell) -> str:
-    """A table cell against its published value: ``reproduces``, ``outside`` or ``not compared``."""
-    if _missing(cell.published_mean) or _missing(cell.within_tol):
-        return "not compared"
-    return "reproduces" if bool(cell.within_tol) else "outside"
+def verdict(cell) -> str | None:
+    """A table cell's verdict in the one vocabulary (fedbayes.reports.verdicts: ``within``, ``outside``,
+    ``no tolerance``, …), or None where the paper has no value (no published cell, no verdict)."""
+    row = cell._asdict() if hasattr(cell, "_asdict") else dict(cell)
+    return verdicts.verdict(row) if verdicts.is_published_cell(row) else None
 
 
 def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict[str, dict]]:
@@ -76,7 +78,8 @@ def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict
                 vals[c.metric] = {"ours": float(c.ours_mean)}
                 if not _missing(c.published_mean):
                     vals[c.metric]["published"] = float(c.published_mean)
-                vals[c.metric]["verdict"] = verdict(c)
+                if verdict(c) is not None:
+                    vals[c.metric]["verdict"] = verdict(c)
             out[(exp, method)] = {m: vals[m] for m in h["metrics"] if m in vals}
     return out
 

@@ -3,8 +3,8 @@
 A *cell* is one published number: (paper table, experiment, method, round or target, metric). Each
 table CSV has one row per cell of ours; a row is a published cell when it names a published source
 and the paper gives a value there (in rounds-to-target tables a blank, "never reached", is a value
-too). Every published cell gets exactly one verdict (``VERDICTS``), decided by :func:`verdict` from
-the row alone, so the scorecard's counts can be recounted from the CSVs by anyone.
+too). Every published cell gets exactly one verdict (``VERDICTS``, fedbayes.reports.verdicts, the one
+vocabulary of every view), decided from the row alone, so the scorecard's counts can be recounted from the CSVs by anyone.
 
 The papers' headline claims (``claims:`` of ``fedbayes/papers/<paper>.yaml``) are checked on our
 numbers and on the published ones (:func:`check_claim`): "A beats each of B, C by at least m points of
@@ -14,7 +14,6 @@ the metric at round r on experiments X, Y".
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,51 +25,8 @@ from fedbayes.eval.registry import metric as metric_info
 from fedbayes.fileio import load_yaml, write_text_atomic
 from fedbayes.published import load_paper
 from fedbayes.runpaths import run_dir
-
-VERDICTS = ("within tolerance", "outside tolerance", "no tolerance set", "not run (data unavailable)",
-            "not run (other)", "diverged", "not comparable")
-MEANING = {
-    "within tolerance": "ours differs from the published mean by at most the table's tolerance",
-    "outside tolerance": "ours differs by more than the tolerance (each listed below with its cause)",
-    "no tolerance set": "both numbers present; the table sets no tolerance for this metric",
-    "not run (data unavailable)": "the dataset cannot be obtained on the machine that built the table",
-    "not run (other)": "the method is not run on this experiment (the table row says why)",
-    "diverged": "a seed's run diverged (NaN) before the cell's round",
-    "not comparable": "no faithful substitute exists here; the published numbers are printed alone",
-}
-
-
-def _isnan(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
-def is_published_cell(row) -> bool:
-    """A row is a published cell when it has a published source and a published value; a blank
-    published value counts only in rounds-to-target tables ("the target was never reached")."""
-    if not isinstance(row.get("published_source"), str) or not row["published_source"]:
-        return False
-    return not _isnan(row.get("published_mean")) or not _isnan(row.get("target", float("nan")))
-
-
-def verdict(row) -> str:
-    """The one verdict of a published cell (a row of a table CSV, as a dict or pandas row)."""
-    status = row.get("status") if isinstance(row.get("status"), str) else ""
-    if status.startswith("not comparable"):
-        return "not comparable"
-    if status.startswith("not run (data unavailable"):
-        return "not run (data unavailable)"
-    if status.startswith("not run"):
-        return "not run (other)"
-    if status.startswith("diverged"):
-        return "diverged"
-    within = row.get("within_tol")
-    if isinstance(within, str):  # read back from CSV without dtype inference
-        within = {"True": True, "False": False}.get(within)
-    if within is True or within == 1.0:
-        return "within tolerance"
-    if within is False or within == 0.0:
-        return "outside tolerance"
-    return "no tolerance set"
+from fedbayes.reports.verdicts import (MARK, MEANING, PER_NUMBER, PER_TABLE, RAN, VERDICTS,  # noqa: F401
+                                       _isnan, is_published_cell, verdict)
 
 
 def read_table(p: dict, name: str) -> pd.DataFrame:
@@ -100,20 +56,26 @@ def counts(cells: pd.DataFrame) -> dict:
     return {v: int(c.get(v, 0)) for v in VERDICTS}
 
 
+def ran_counts(cells: pd.DataFrame) -> tuple[int, int]:
+    """(within, compared) of published cells with their ``verdict``: compared = within + outside."""
+    c = counts(cells)
+    return c["within"], c["within"] + c["outside"]
+
+
 def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
     """What a person reads after a table job (instead of the frame): what was built, the published
     cells by verdict (the scorecard's classification, :func:`verdict`), and where the files are."""
     c = counts(published_cells(df))
-    not_run = c["not run (data unavailable)"] + c["not run (other)"]
+    not_run = c["not run: no data"] + c["not run: other"]
     extra = [f"{n} {what}" for n, what in ((c["not comparable"], "not comparable"),
-                                           (c["no tolerance set"], "without a tolerance for their metric"),
+                                           (c["no tolerance"], "without a tolerance for their metric"),
                                            (c["diverged"], "diverged")) if n]
     if "scale" in df and (df["scale"] == "rehearsal").any():
         return [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with numbers): "
                 "stand-in rehearsal, no verdict"] + [f"  wrote {f}" for f in files]
     lines = [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with our numbers), "
-             f"{sum(c.values())} with a published value: {c['within tolerance']} within tolerance, "
-             f"{c['outside tolerance']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]
+             f"{sum(c.values())} published: {c['within']} within, "
+             f"{c['outside']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]
     lines += [f"  wrote {f}" for f in files]
     return lines
 
@@ -257,7 +219,6 @@ def _cause_of(causes: list[dict], row: dict) -> dict | None:
     return None
 
 
-RAN = ("within tolerance", "outside tolerance")
 CELL_KEY = ("experiment", "method", "metric", "round", "target", "statistic")
 
 
@@ -276,10 +237,35 @@ def per_number(dist: pd.DataFrame) -> tuple[int, int, int, dict]:
         return 0, 0, 0, {}
     key = ran.apply(lambda r: _cell_key(r) + repr(r.published_mean), axis=1)
     groups = ran.assign(_k=key).groupby("_k")
-    within = groups.verdict.agg(lambda v: (set(v) == {"within tolerance"}, "within tolerance" in set(v)))
+    within = groups.verdict.agg(lambda v: (set(v) == {"within"}, "within" in set(v)))
     shared = groups.published_source.agg(lambda v: tuple(sorted({s.split()[0] for s in v})))
     shared = shared[shared.map(len) > 1].value_counts().to_dict()
     return len(within), sum(a for a, _ in within), sum(b for _, b in within), shared
+
+
+def cause_counts(outside: pd.DataFrame, dist: pd.DataFrame, causes: list[dict]) -> tuple[pd.Series, dict]:
+    """Cells outside per cause on the headline basis (:data:`PER_TABLE`, the rows of ``dist``), most first,
+    so that they add up to the number outside; and per cause the cells outside in no paper table's row
+    of the basis (``outside`` holds every table's outside cells with their ``_cause`` and ``_key``)."""
+    basis = dist[dist.verdict == "outside"]
+    ids = pd.Series([(lambda c: causes.index(c) if c is not None else -1)(_cause_of(causes, r))
+                     for r in basis.to_dict("records")], dtype=int)
+    per = ids.value_counts(sort=False)
+    keys = {_cell_key(r) + repr((r["ours_mean"], r["published_mean"])) for r in basis.to_dict("records")}
+    rest = outside[~outside._key.isin(keys)]
+    extra = {int(i): int(k) for i, k in rest.groupby("_cause")._key.nunique().items()}
+    for i in extra:  # a cause whose cells are all outside the basis still gets its number
+        per[i] = per.get(i, 0)
+    order = sorted(per.index, key=lambda i: (-per[i], -extra.get(i, 0)))
+    return per.reindex(order).astype(int), extra
+
+
+def terminal_line(result: dict) -> str:
+    """The scorecard job's line in the terminal: the In short section's counts, in its words."""
+    n, (numbers, lo, hi) = result["distinct"], result["per_number"]
+    return (f"{PER_TABLE}: {n['within']} of {n['within'] + n['outside']} within ({n['outside']} outside); "
+            f"{PER_NUMBER}: {lo}–{hi} of {numbers} within; {n['not run: no data']} not run: no data, "
+            f"{n['not run: other']} not run: other, {n['not comparable']} not comparable")
 
 
 def paper_of(table: str) -> str:
@@ -342,6 +328,50 @@ def _tol(spec: dict) -> str:
     return ", ".join(f"{k} ±{v}" for k, v in (spec.get("tolerance") or {}).items()) or "none"
 
 
+class FigureClaim(ClaimResult):
+    """A paper's claim about one of its figures, checked on the toy's own verdict column (the toy reads the
+    claim and its threshold from papers/<paper>.yaml `figure_claims`)."""
+
+    @property
+    def ours(self) -> str:
+        c = self.checks[0]
+        return "holds" if c.ours == "holds" else "does not hold"
+
+    @property
+    def published(self) -> str:
+        return "holds"
+
+
+def toy_results(p: dict) -> tuple[pd.DataFrame, list]:
+    """The data-free targets (params `toys`) as the scorecard counts them: a toy whose CSV has published values
+    and an acceptable range gives published cells (its verdict: ``within`` the range or ``outside``), one
+    whose CSV has a claim and a verdict per row gives figure claims."""
+    reports, frames, claims = Path(paths(p)["reports"]), [], []
+    for name in p.get("toys", {}):
+        f = reports / f"{name}.csv"
+        if not f.exists():
+            continue
+        df = pd.read_csv(f)
+        paper = paper_of(name)
+        if {"published_mean", "within_range"} <= set(df.columns):
+            table = name.split("/", 1)[1]
+            experiment, row = next(iter(load_paper(paper)["tables"][table]["rows"].items()))
+            frames.append(pd.DataFrame({
+                "table": name, "experiment": experiment, "method": df.method,
+                "metric": [next(iter(row[m])) for m in df.method], "round": float("nan"), "target": float("nan"),
+                "statistic": "mean over draws", "ours_mean": df.ours_mean, "published_mean": df.published_mean,
+                "published_source": f"{paper} {table}", "diff": df.ours_mean - df.published_mean,
+                "within_tol": df.within_range.astype(bool), "status": "ok"}))
+        elif {"paper", "verdict"} <= set(df.columns):
+            for r in df[df.verdict.fillna("") != ""].itertuples():
+                value = "never" if pd.isna(r.value) else f"{r.value:.4g}"
+                claims.append((paper, {"text": f"Fig. {r.figure}: {r.paper}", "table": name},
+                               FigureClaim(paper, {"text": r.paper}, [Check(f"Fig. {r.figure}", r.verdict, "holds",
+                                                                              f"{r.quantity} is {value}")])))
+    cells = published_cells(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+    return cells, claims
+
+
 def build_scorecard(p: dict, out: str | Path) -> dict:
     """Write the scorecard to ``out`` and return its counts ({table: {verdict: n}} plus "distinct")."""
     if stand_in_size(p):
@@ -361,14 +391,19 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         frames[name] = df
         all_cells.append(published_cells(df))
         subs[name] = substitute_cells(df, spec)
-    cells = pd.concat(all_cells, ignore_index=True)
+    toy_cells, figure_claims = toy_results(p)
+    toys = list(dict.fromkeys(toy_cells.table)) if len(toy_cells) else []
+    for name in toys:
+        subs[name] = toy_cells.iloc[:0]
+    cells = pd.concat(all_cells + [toy_cells], ignore_index=True)
     dist = distinct(cells, {n: s.get("published_as", {}) for n, s in p["tables"].items()})
-    result = {n: counts(cells[cells.table == n]) for n in names}
+    result = {n: counts(cells[cells.table == n]) for n in names + toys}
     result["distinct"] = counts(dist)
     n = result["distinct"]
-    ran = n["within tolerance"] + n["outside tolerance"]
+    ran = n["within"] + n["outside"]
     numbers, lo, hi, shared = per_number(dist)
-    tlink = {name: f"[{name}]({_link(str(reports / (name + '.md')), reports)})" for name in names}
+    result["per_number"] = (numbers, lo, hi)
+    tlink = {name: f"[{name}]({_link(str(reports / (name + '.md')), reports)})" for name in names + toys}
 
     # the papers' claims, checked once, used at the top, in each paper's block and in their own section
     papers_cited = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
@@ -376,9 +411,10 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     for paper, claim in paper_claims(papers_cited):
         claims.append((paper, claim, check_claim(frames[claim["table"]], paper, claim,
                                                   p["tables"][claim["table"]].get("substitutes", {}))))
+    claims += figure_claims
 
     # the outside cells, each distinct (experiment, method, metric, round, statistic, numbers) once, by cause
-    outside = cells[cells.verdict == "outside tolerance"].copy()
+    outside = cells[cells.verdict == "outside"].copy()
     outside["_cause"] = [(lambda c: causes.index(c) if c is not None else -1)(_cause_of(causes, r))
                          for r in outside.to_dict("records")]
     outside["_key"] = [_cell_key(r) + repr((r["ours_mean"], r["published_mean"])) for r in outside.to_dict("records")]
@@ -386,13 +422,16 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     def cause_title(i: int) -> str:
         return causes[i].get("short", causes[i]["cause"]) if i >= 0 else "cause not established yet"
 
-    # causes numbered by how many distinct cells they explain
-    per_cause = outside.groupby("_cause", sort=False)._key.nunique().sort_values(ascending=False, kind="stable")
+    # each cause counts its cells on the headline basis (PER_TABLE: the rows of `dist` outside), so the
+    # causes add up to the number outside; a cell outside only in the headline table (a second prediction
+    # of a run compared with the paper's, or the headline table's tolerance) is listed and counted apart
+    per_cause, extra = cause_counts(outside, dist, causes)
     number = {i: k + 1 for k, i in enumerate(per_cause.index)}
 
     def cause_count(frame) -> str:
         g = frame.groupby("_cause", sort=False)._key.nunique()
-        return ", ".join(f"{number[i]} ({k})" for i, k in sorted(g.items(), key=lambda x: number[x[0]]))
+        # the cause's number and the head of its title (before a colon): the full title is listed above
+        return "; ".join(f"{number[i]}. {cause_title(i).split(':')[0]} ({k})" for i, k in sorted(g.items(), key=lambda x: number[x[0]]))
 
     L = ["# Reproduction scorecard", "",
          f"Which published numbers come back here, which do not, and why. Built by "
@@ -402,7 +441,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
 
     # --- in short
     no_cell = [pp for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"
-               and sum(result[t][v] for t in names if paper_of(t) == pp for v in RAN) == 0]
+               and sum(result[t][v] for t in names + toys if paper_of(t) == pp for v in RAN) == 0]
     with_sub = [pp for pp in no_cell if sum(len(subs[t]) for t in names if paper_of(t) == pp)]
     headline_methods = {split_variant(m)[0] for t in names if paper_of(t) == "headline" for m in p["tables"][t]["methods"]}
     in_headline = [pp for pp in no_cell if pp not in with_sub and headline_methods & {
@@ -410,15 +449,15 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     titles = {pp: load_paper(pp).get("title", pp) for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"}
     short_name = {pp: t.rsplit("(", 1)[-1].rstrip(")") if "(" in t else pp for pp, t in titles.items()}
     L += ["## In short", "",
-          f"- **{n['within tolerance']} of {ran}** published cells that we ran, each counted once per paper table, "
-          f"are within tolerance ({n['outside tolerance']} outside). Counted once per distinct published number "
+          f"- **{n['within']} of {ran}** {PER_TABLE}, that we ran are *within* the paper table's tolerance "
+          f"({n['outside']} *outside*). Counted as {PER_NUMBER} "
           f"— " + "; ".join(f"{k} numbers are printed by both the {' and the '.join(short_name.get(x, x) for x in ps)} "
                             "paper" for ps, k in shared.items()) + " — it is "
           f"**{lo}–{hi} of {numbers}** (a reprinted number can be within one paper's tolerance and outside the "
           "other's: the low end counts it within only when it is within both).",
-          f"- {n['not run (data unavailable)']} cells need datasets this machine cannot obtain, "
-          f"{n['not comparable']} have no faithful substitute, {n['not run (other)']} are not run for another "
-          "reason (the table row says which).",
+          f"- *Not run*: {n['not run: no data']} {PER_TABLE}, need datasets this machine cannot obtain, "
+          f"{n['not run: other']} are not run for another reason (the table row says which); "
+          f"*not comparable*: {n['not comparable']} have no faithful substitute.",
           f"- **{_and(short_name[pp] for pp in no_cell)} have no compared cell here**: every one of their "
           "published cells needs data this machine cannot obtain (or has no faithful substitute). "
           + " ".join(filter(None, [
@@ -432,49 +471,60 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         L += ["**Claims that do not hold on our numbers** (each holds on the paper's own table unless said):", ""]
         L += [f"- {short_name.get(paper, paper)}: \"{claim['text']}\" — {res.ours}"
               + ("" if res.published.startswith("holds") else f"; on the paper's own table it {res.published}")
-              for paper, claim, res in failing]
+              for paper, claim, res in failing if not isinstance(res, FigureClaim)]
+        figs = [(paper, claim, res) for paper, claim, res in failing if isinstance(res, FigureClaim)]
+        for pp in dict.fromkeys(paper for paper, _, _ in figs):
+            L.append(f"- {short_name.get(pp, pp)}, figures: " + "; ".join(
+                f"\"{claim['text']}\"" for paper, claim, res in figs if paper == pp) + " (table below)")
         L.append("")
-    L += ["**Why cells are outside tolerance**, each cause with its number of distinct cells (evidence and "
+    L += [f"**Why cells are outside tolerance**, each cause with its number of {PER_TABLE} (evidence and "
           "cells in [the section below](#why-cells-are-outside-tolerance)):", ""]
-    L += [f"{number[i]}. {cause_title(i)} ({k})" for i, k in per_cause.items()] or ["None."]
+    L += [f"{number[i]}. {cause_title(i)} ({k})" if k else f"{number[i]}. {cause_title(i)} (headline table only: {extra[i]})"
+          for i, k in per_cause.items()] or ["None."]
+    if len(per_cause):
+        L += ["", f"Together {int(per_cause.sum())}: the {n['outside']} *outside* above."
+              + (f" The {sum(extra.values())} cells *outside* in the headline table only are counted in its block "
+                 "below." if extra else "")]
     L.append("")
 
     # --- one block per paper
     L += ["## Per paper", ""]
     for pp in dict.fromkeys(paper_of(t) for t in names):
         ts = [t for t in names if paper_of(t) == pp]
-        c = {v: sum(result[t][v] for t in ts) for v in VERDICTS}
-        got = c["within tolerance"] + c["outside tolerance"]
+        tt = [t for t in toys if paper_of(t) == pp]  # its data-free targets with published cells
+        c = {v: sum(result[t][v] for t in ts + tt) for v in VERDICTS}
+        got = c["within"] + c["outside"]
         sub = sum(len(subs[t]) for t in ts)
         title = titles.get(pp, "Headline benchmark: every method on the same Fashion-MNIST experiments")
         L += [f"### {title}", ""]
-        L.append("- **Command:** `snakemake --cores all " + " ".join(f"{reports}/{t}.md" for t in ts) + "`")
-        per_t = [f"{tlink[t]} {result[t]['within tolerance']}/{result[t]['within tolerance'] + result[t]['outside tolerance']}"
-                 for t in ts if result[t]["within tolerance"] + result[t]["outside tolerance"]]
+        L.append("- **Command:** `snakemake --cores all " + " ".join(f"{reports}/{t}.md" for t in ts + tt) + "`")
+        per_t = [f"{tlink[t]} {result[t]['within']}/{result[t]['within'] + result[t]['outside']}"
+                 for t in ts + tt if result[t]["within"] + result[t]["outside"]]
         mine = [(cl, res) for paper, cl, res in claims if paper == pp]
         held = [cl["text"] for cl, res in mine if res.ours.startswith("holds")]
         tested = [cl["text"] for cl, res in mine if not res.ours.startswith("not testable")]
         if got:
-            L.append(f"- **Reproduces:** {c['within tolerance']} of {got} compared cells within tolerance "
-                     f"({', '.join(per_t)})" + (f"; claims that hold on our numbers: {len(held)} of {len(mine)}" if mine else "") + ".")
+            L.append(f"- **Within:** {c['within']} of {got} compared cells "
+                     f"({', '.join(per_t)})" + (f"; claims that hold on our numbers: {len(held)} of {len(tested)}" if tested else "") + ".")
             o = outside[outside.table.isin(ts)]
             fail = [cl["text"] for cl, res in mine if res.ours.startswith("does not hold")]
-            L.append(f"- **Does not reproduce:** {c['outside tolerance']} cells outside tolerance"
+            L.append(f"- **Outside:** {c['outside']} cells"
                      + (f" — causes (cells): {cause_count(o)}" if len(o) else "")
                      + (f"; claims that fail: {len(fail)} (listed above)" if fail else "") + ".")
         else:
-            L.append("- **Reproduces / does not:** nothing compared — no published cell of this paper can be run "
+            L.append("- **Within / outside:** nothing compared — no published cell of this paper can be run "
                      "here" + (f"; our substitute runs hold {sub} cells without published values" if sub else "")
                      + (f"; on the substitute, claims that hold: {len(held)} of {len(tested)}" if tested else
                         "; its claims cannot be tested here" if mine else "") + ".")
         missing = sorted({d for t in ts for d in map(_dataset_of, cells[(cells.table == t) & (cells.verdict ==
-                          "not run (data unavailable)")].status) if d})
-        rest = [f"{c['not run (data unavailable)']} need datasets not obtainable here ({', '.join(missing)})"
-                if c["not run (data unavailable)"] else "",
+                          "not run: no data")].status) if d})
+        rest = [f"{c['not run: no data']} need datasets not obtainable here ({', '.join(missing)})"
+                if c["not run: no data"] else "",
                 f"{c['not comparable']} have no faithful substitute" if c["not comparable"] else "",
-                f"{c['not run (other)']} not run for another reason" if c["not run (other)"] else ""]
+                f"{c['not run: other']} not run for another reason" if c["not run: other"] else ""]
+        rest = [rest[0], rest[2], rest[1]]  # not run (no data, other), then not comparable
         if any(rest):
-            L.append("- **Not compared:** " + "; ".join(r for r in rest if r) + ".")
+            L.append("- **Not run / not comparable:** " + "; ".join(r for r in rest if r) + ".")
         recs = [json.loads(f.read_text()) for f in run_records({**p, "tables": {t: p["tables"][t] for t in ts}})]
         L.append("- **Hardware, runtime** (runs behind its tables, every sweep candidate and seed): "
                  + _runtime(recs) + ".")
@@ -496,7 +546,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         L += ["None.", ""]
     for i, k in per_cause.items():
         g = outside[outside._cause == i]
-        L += [f"### {number[i]}. {cause_title(i)} ({k} cells)", ""]
+        L += [f"### {number[i]}. {cause_title(i)} ({k} cells"
+              + (f"; {extra[i]} more in the headline table only" if extra.get(i) else "") + ")", ""]
         if i >= 0:
             c = causes[i]
             L += [c["cause"][0].upper() + c["cause"][1:] + "." + (f" [Notes]({_link(c['notes'], reports)})." if c.get("notes") else ""), ""]
@@ -514,15 +565,15 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     L += ["## One cell, two tolerances", "",
           "Each table sets its own tolerance (params.yaml, `tables.<table>.tolerance`): "
           + "; ".join(f"{t} {_tol(p['tables'][t])}" for t in names if p["tables"][t].get("tolerance")
-                      and result[t]["within tolerance"] + result[t]["outside tolerance"]) + ". "
+                      and result[t]["within"] + result[t]["outside"]) + ". "
           "A cell printed by several tables (table1 reprints the papers' FMNIST cells) can read ✓ in one and "
           "*outside* in another. The counts above use each paper's own table for a cell it publishes."
           + (f" These {split._key.nunique()} cells differ:" if len(split) else " No cell differs."), ""]
     for _, g in split.groupby("_key", sort=False):
         r = g.iloc[0]
         L.append(f"- {r.experiment} · {r.method} {_at(r)}: within in "
-                 + ", ".join(g[g.verdict == "within tolerance"].table) + "; outside in "
-                 + ", ".join(g[g.verdict == "outside tolerance"].table))
+                 + ", ".join(g[g.verdict == "within"].table) + "; outside in "
+                 + ", ".join(g[g.verdict == "outside"].table))
     L.append("")
 
     # --- claims
@@ -540,12 +591,15 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     details = []
     for paper, claim, res in claims:
         alt = []
-        statistic = p["tables"][claim["table"]]["statistic"]
-        for a in alternates:  # the same cells (same statistic) in a table of runs under another setting
+        statistic = p["tables"][claim["table"]]["statistic"] if claim["table"] in p["tables"] else None
+        for a in alternates if statistic else ():  # the same cells (same statistic) in a table of runs under another setting
             alt_df = pd.read_csv(a["csv"])
             r2 = check_claim(alt_df[alt_df.statistic == statistic], paper, claim)
             alt.append(mark(r2.ours) if r2.ours != "not testable here" else "·")
-        L.append("| " + " | ".join([paper, claim["text"], mark(res.ours), mark(res.published)] + alt) + " |")
+        L.append("| " + " | ".join([paper, claim["text"], mark(res.ours), mark(res.published)]
+                                   + (alt or ["·"] * len(alternates))) + " |")
+        if isinstance(res, FigureClaim):  # its one number is in the row above
+            continue
         details += [f"- **{claim['text']}** ({paper}, {claim['table']}, {claim['metric']} at round "
                     f"{claim.get('round', 'last')}" + (f", margin {claim['by']}" if claim.get("by") else "") + "):"]
         details += [f"  - {c.experiment}: {c.detail}" if c.ours != "not testable" or c.published == "does not hold"
@@ -556,24 +610,21 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     L += ["", "<details><summary>The numbers behind each claim</summary>", ""] + details + ["", "</details>", ""]
 
     # --- every table's counts
-    short = {"within tolerance": "within", "outside tolerance": "outside", "no tolerance set": "no tol.",
-             "not run (data unavailable)": "no data", "not run (other)": "not run", "diverged": "diverged",
-             "not comparable": "not comp."}
     L += ["## Counts per table", "",
           "Every published cell has exactly one verdict, from its table row (recount them from the CSVs):", ""]
-    L += [f"- **{short[v]}** — {v}: {MEANING[v]}." for v in VERDICTS]
+    L += [f"- **{v}**: {MEANING[v]}." for v in VERDICTS]
     L += ["- **substitute** — our cells on a stand-in dataset (Fashion-MNIST in place of data this machine cannot "
           "obtain): no published value to compare, counted apart.", ""]
-    head = ["paper / table", "cells"] + [short[v] for v in VERDICTS] + ["substitute"]
+    head = ["paper / table", "cells"] + list(VERDICTS) + ["substitute"]
     L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name in names:
+    for name in names + toys:
         c = result[name]
         L.append("| " + " | ".join([tlink[name], str(sum(c.values()))] + [str(c[v]) if c[v] else "·" for v in VERDICTS]
                                    + [str(len(subs[name])) if len(subs[name]) else "·"]) + " |")
-    L.append("| " + " | ".join(["**distinct cells**", f"**{sum(n.values())}**"]
+    L.append("| " + " | ".join([f"**{PER_TABLE}**", f"**{sum(n.values())}**"]
                                + [f"**{n[v]}**" for v in VERDICTS] + [f"**{sum(len(s) for s in subs.values())}**"]) + " |")
-    L += ["", "The last row counts a cell compared in two tables once (table1 repeats the papers' FMNIST cells), "
-          "with the verdict of the paper's own table.", ""]
+    L += ["", f"The last row counts {PER_TABLE}: a cell compared in two tables (table1 reprints the papers' "
+          "FMNIST cells) once, with the verdict of the paper's own table; the In short section's counts.", ""]
 
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, "\n".join(L))

@@ -25,6 +25,7 @@ from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over
 from fedbayes.reports.escape import md_document, md_text
 from fedbayes.reports.figures import learning_curves, reliability
 from fedbayes.reports.selection import selected_point
+from fedbayes.reports.verdicts import MARK
 from fedbayes.runfiles import DamagedFile, read_curves, read_metrics, read_run_info
 from fedbayes.runpaths import run_dir
 from fedbayes.eval.registry import METRICS as METRIC_INFO
@@ -174,7 +175,7 @@ def _digits(metric: str, statistic: str) -> int:
 
 def _delta(r, digits: int) -> str:
     ok = "" if r.within_tol is None or (isinstance(r.within_tol, float) and math.isnan(r.within_tol)) \
-        else (" ✓" if r.within_tol else " ✗")
+        else " " + MARK["within" if r.within_tol else "outside"]
     return "" if math.isnan(r["diff"]) else f"{r['diff']:+.{digits}f}{ok}"
 
 
@@ -192,7 +193,8 @@ def _header(p: dict, spec: dict, name: str) -> list[str]:
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
             "vs the experiment's OOD set, positive = OOD, score = predictive entropy."
             + (" Published: " + ", ".join(spec["published"]) + ". Δ = ours − published"
-               + (f"; ✓ = |Δ| within tolerance {tol}" if tol else "") + "." if spec.get("published") else ""), ""]
+               + (f"; {MARK['within']} within / {MARK['outside']} outside the tolerance |Δ| ≤ {tol}" if tol else "")
+               + "." if spec.get("published") else ""), ""]
 
 
 def _is_diverged(status: str) -> bool:
