@@ -13,7 +13,6 @@ import argparse
 import tempfile
 import time
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from roofline import make_data

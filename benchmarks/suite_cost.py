@@ -484,7 +484,6 @@ def _dur(s: float) -> str:
 
 
 def write_md(p: dict, doc: dict, path: Path) -> None:
-    from fedbayes.config import experiment_config
 
     rows = suite_rows(p)
     prof = _slurm_profile()

@@ -279,7 +279,6 @@ def test_pin_md5_unknown_file(monkeypatch):
 def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, repo):
     """The flamby-heart-k4 experiment of params.yaml on real-format files: the natural split gives the
     four hospitals as clients, and FedLap-Cov trains logistic regression on them."""
-    import yaml
 
     from fedbayes.engine.partitions import data_root, ensure_partition, write_partition
     from fedbayes.config import run_config

@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
-from dagutil import built_copy, copy_repo, env, mtimes, sh
+from dagutil import built_copy, env, mtimes, sh
 
 TIME_COLS = ["time_s", "wall_s", "eval_s"]  # wall-clock columns: the only ones two runs may differ in
 LONG = "synth-long"  # 12 rounds, FedAvg: the run the kill tests interrupt

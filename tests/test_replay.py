@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 # the golden's problem and comparison are the package's: the workflow's numerics check runs them too
-from fedbayes.engine.replay import GOLDEN_SIZES, golden_diffs, make_golden
+from fedbayes.engine.replay import GOLDEN_SIZES, make_golden
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "numerics"

@@ -287,7 +287,6 @@ def test_selection_on_the_mean_over_seeds(table_params, tmp_path):
 def test_every_method_has_one_colour_distinct_within_its_family():
     """One colour per method across the project's figures; the methods drawn in one row of panels (a
     family) are told apart; a variant keeps its method's colour, dashed."""
-    from fedbayes.catalog import METHOD_VARIANTS
     from fedbayes.reports.figures import FAMILIES, family_of, method_style
 
     from fedbayes.catalog import METHOD_SPECS
@@ -588,7 +587,7 @@ def test_a_script_title_note_and_status_are_text_in_the_tables_markdown(table_pa
     string as text: a `<script>` title, raw HTML in its notes file, a data status's reason."""
     p = copy.deepcopy(table_params)
     notes = tmp_path / "notes.md"
-    notes.write_text(f"Keep `<experiment>` as code.\n\n<img src=x onerror=alert(2)>\n\n```\n<kept>\n```\n")
+    notes.write_text("Keep `<experiment>` as code.\n\n<img src=x onerror=alert(2)>\n\n```\n<kept>\n```\n")
     p["tables"]["table1"].update(title=f"T1 {SCRIPT}\n\n<b>x</b> [link](javascript:alert(3))", notes=str(notes))
     exp = p["tables"]["table1"]["experiments"][0]
     dataset = p["experiments"][exp]["dataset"]

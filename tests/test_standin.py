@@ -310,7 +310,7 @@ def test_wrong_checksum_over_http_is_rejected(source_root, tmp_path, serve):
     with pytest.raises(DataUnavailableError) as ei:
         fetch(name, root=root, mirrors=[], download=True)
     msg = str(ei.value)
-    assert f"file test_32x32.mat" in msg and f"download {url}test_32x32.mat: checksum mismatch" in msg
+    assert "file test_32x32.mat" in msg and f"download {url}test_32x32.mat: checksum mismatch" in msg
     assert leftovers(root / name) == ["train_32x32.mat"]  # the good file stays; nothing unverified
     with pytest.raises(FileNotFoundError):
         load(name, root)

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-import yaml
 
 from fedbayes.engine import run_federated
 from fedbayes.eval.evaluate import evaluate_run
@@ -75,7 +74,7 @@ from pathlib import Path  # noqa: E402
 import shutil  # noqa: E402
 
 import pandas as pd  # noqa: E402
-from dagutil import read_params
+from dagutil import read_params  # noqa: E402
 
 KEY = "paper/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
 

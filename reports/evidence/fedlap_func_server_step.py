@@ -53,7 +53,6 @@ def main() -> None:
         data, _ = load_run_data(data_root(p), cfg, parts, torch.device("cpu"))
         x_test, y_test = data.x_test, data.y_test
         server_update = FedLapFunc.server_update
-        clock = {"round": 0}
 
         def scores(method, w):
             with torch.no_grad():

@@ -20,7 +20,7 @@ from fedbayes.config import (ConfigError, check_implementations, experiment_conf
 from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, data_root, ensure_partition, locked, write_partition
-from fedbayes.engine.replay import numerics_check, record_replay, replay_run, unrecordable
+from fedbayes.engine.replay import numerics_check, record_replay, unrecordable
 from fedbayes.fileio import LockHeld, LockRefused, try_exclusive_lock, write_text_atomic
 from fedbayes.frontdoor import check_device, environment_problems
 from fedbayes.methods.spec import REQUIRED, plugin_origin
@@ -255,15 +255,15 @@ def cmd_replay(args) -> None:
         raise SystemExit(f"fedbayes replay --record: {why}")
     if args.rounds < 1:
         raise ConfigError(f"--rounds {args.rounds}: replay at least one round")
-    for run_dir in args.run_dirs:
-        if not (Path(run_dir) / "run.json").exists() or not (Path(run_dir) / "history.csv").exists():
-            raise ConfigError(f"{run_dir}: not a finished run (run.json and history.csv are needed)")
+    for d in args.run_dirs:
+        if not (Path(d) / "run.json").exists() or not (Path(d) / "history.csv").exists():
+            raise ConfigError(f"{d}: not a finished run (run.json and history.csv are needed)")
         try:
-            of = int(json.loads((Path(run_dir) / "run.json").read_text())["config"]["rounds"])
+            of = int(json.loads((Path(d) / "run.json").read_text())["config"]["rounds"])
         except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{run_dir}/run.json is damaged ({type(e).__name__}: {e})") from None
+            raise ConfigError(f"{d}/run.json is damaged ({type(e).__name__}: {e})") from None
         if args.rounds > of:
-            raise ConfigError(f"--rounds {args.rounds}: {run_dir} has {of} rounds")
+            raise ConfigError(f"--rounds {args.rounds}: {d} has {of} rounds")
     if args.rows_out:   # the replayed rows only (engine.replay.perturbed_rows' child)
         from fedbayes.engine.replay import replay_rows
 
@@ -273,14 +273,14 @@ def cmd_replay(args) -> None:
         write_text_atomic(Path(args.rows_out), json.dumps(rows[1]))
         return
     bad = 0
-    for run_dir in args.run_dirs:
-        v = replay_verdict(run_dir, rounds=args.rounds, raw=args.root)
+    for d in args.run_dirs:
+        v = replay_verdict(d, rounds=args.rounds, raw=args.root)
         bad += v["verdict"] == "differs"
         recorded = ""
         if args.record and v["verdict"] != "differs":
-            r = record_replay(run_dir, args.rounds, v)
+            r = record_replay(d, args.rounds, v)
             recorded = f" (recorded in run.json: replayed at {r['commit'][:12]}, rounds {r['rounds']} of {r['of']})"
-        print(f"{run_dir}: {v['line']}{recorded}", flush=True)
+        print(f"{d}: {v['line']}{recorded}", flush=True)
     if bad:
         print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs differ beyond round-off and the seed spread; a change "
               "that alters numbers bumps its numerics version (the method spec's numerics, or fedbayes/catalog.py "
@@ -417,9 +417,9 @@ def cmd_track(args) -> None:
     if any(r[1] is None or r[2] is None for r in runs):
         raise SystemExit("fedbayes track: give --seed and --run-dir, or --run POINT SEED RUN_DIR FIGURE")
     imported = []
-    for point, seed, run_dir, figure in runs:
+    for point, seed, folder, figure in runs:
         try:
-            run_id = log_run(p, args.experiment, args.method, point, int(seed), run_dir,
+            run_id = log_run(p, args.experiment, args.method, point, int(seed), folder,
                              partition_figure=figure or None, selected=args.selected, record=imported)
         except TrackingUnavailable as e:  # one line naming the URI or the store file (tracking.check_reachable, check_store)
             print(f"fedbayes track: error: {e}", file=sys.stderr)

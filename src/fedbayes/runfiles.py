@@ -236,7 +236,6 @@ def read_curves(run_dir: str | Path, info: dict | None = None):
     evaluated. Read only from a whole run: its run.json, history.csv (:func:`read_history_rows`: training's
     log, which the workflow retrains a run for when it is damaged) and metrics.json (:func:`read_metrics`)
     checked against each other."""
-    import pandas as pd
 
     info = read_run_info(run_dir) if info is None else info
     read_history_rows(run_dir, info)

@@ -35,7 +35,7 @@ import numpy as np
 
 from . import images, tabular
 from .registry import DATASETS, DatasetSpec, get_spec, register
-from .sources import DataIntegrityError, DataUnavailableError, FileSpec, md5_file
+from .sources import DataIntegrityError, DataUnavailableError, md5_file
 
 GENERATOR_VERSION = 1
 CHECKSUMS = "checksums.json"

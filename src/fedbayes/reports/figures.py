@@ -240,7 +240,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                              if i == 0 else "", fontsize=8)
                 ax.set_xlabel("round" if i == len(families) - 1 else "")
                 ax.set_ylabel(fam.split(" (")[0] if j == 0 else "", fontsize=8)
-            handles, labels = {}, []
+            handles = {}
             for ax in axes[i]:
                 for hnd, lab in zip(*ax.get_legend_handles_labels()):
                     if lab not in handles:

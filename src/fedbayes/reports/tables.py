@@ -9,7 +9,6 @@ percent. This module gathers the cells, renders them and draws the table's figur
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from fedbayes.reports.selection import selected_point
 from fedbayes.reports.verdicts import MARK
 from fedbayes.runfiles import DamagedFile, read_curves, read_metrics, read_run_info
 from fedbayes.runpaths import run_dir
-from fedbayes.eval.registry import METRICS as METRIC_INFO
 
 
 def table_rounds(spec: dict, e: dict) -> list[int]:
