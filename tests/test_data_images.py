@@ -253,7 +253,7 @@ def test_real_specs():
     assert (m.n_train, m.n_test, m.n_classes, m.default_mirrors) == (60000, 10000, 10, ())
     c = DATASETS["cifar10"]
     assert c.files == (FileSpec("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a",
-                                None, "all"),)
+                                None, "all", 170_498_071),)   # the size bounds a download
     assert c.urls == ("https://www.cs.toronto.edu/~kriz/",)
     assert (c.n_train, c.n_test, c.n_classes, c.default_mirrors) == (50000, 10000, 10, ())
 
@@ -276,7 +276,7 @@ def test_real_specs_emnist_svhn_cifar100():
     assert (s.n_train, s.n_test, s.n_classes, s.default_mirrors) == (73257, 26032, 10, ())
     c = DATASETS["cifar100"]
     assert c.files == (FileSpec("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85",
-                                None, "all"),)
+                                None, "all", 169_001_437),)
     assert c.urls == ("https://www.cs.toronto.edu/~kriz/",)
     assert (c.n_train, c.n_test, c.n_classes, c.default_mirrors) == (50000, 10000, 100, ())
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbayes import catalog, frontdoor
+from fedbayes.frontdoor import ConfigError  # noqa: F401  (fedbayes.config.ConfigError: the name every caller imports)
 from fedbayes.data import DATASETS
 from fedbayes.fileio import YAMLInputError, load_yaml
 from fedbayes.methods.spec import Validator
@@ -27,10 +28,6 @@ SCALES = ("paper", "smoke", "rehearsal")
 # scale rehearsal: the smoke DAG (params.smoke.yaml's `smoke`, then its `rehearsal` block) on stand-in data
 # (fedbayes.data.standin): every experiment, none of it ever mistaken for a result.
 STAND_IN = "stand-in"
-
-
-class ConfigError(ValueError):
-    """params.yaml is malformed or asks for something impossible."""
 
 
 def deep_merge(base: dict, override: dict | None) -> dict:

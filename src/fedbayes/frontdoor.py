@@ -12,6 +12,13 @@ import os
 import re
 from typing import Any
 
+from fedbayes.eval.registry import METRICS
+
+
+class ConfigError(ValueError):
+    """params.yaml is malformed or asks for something impossible."""
+
+
 NAME_MAX = 255     # bytes in one file name (Linux and macOS file systems)
 PATH_MAX = 4096    # bytes in a path (Linux)
 # bytes the workflow may add to a name inside one file name: sweep_<e>.csv, <table>_reliability.png,
@@ -113,8 +120,6 @@ def report_name_problems(params: dict) -> list[str]:
 def metric_problems(params: dict) -> list[str]:
     """Metric names checked against the registry (``fedbayes.eval.registry``): a table's metrics and
     tolerances, the headline's metrics and curves, each selection's metric."""
-    from fedbayes.eval.registry import METRICS
-
     named = [(f"tables.{t}.metrics", m) for t, s in params["tables"].items() for m in s.get("metrics", [])]
     named += [(f"tables.{t}.tolerance", m) for t, s in params["tables"].items() for m in s.get("tolerance") or {}]
     named += [(f"headline.{k}", m) for k in ("metrics", "curves") for m in (params.get("headline") or {}).get(k, [])]
@@ -131,8 +136,6 @@ CUDA = re.compile(r"cuda(?::(\d+))?")
 def check_device(params: dict) -> None:
     """Refuse (ConfigError) a CUDA ``device`` this machine does not have, naming the key and what it has.
     Torch is imported only here and only for a CUDA device: `auto` and `cpu` run anywhere."""
-    from fedbayes.config import ConfigError
-
     device = str(params.get("device", "auto"))
     m = CUDA.fullmatch(device)
     if m is None:

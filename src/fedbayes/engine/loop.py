@@ -33,6 +33,7 @@ from fedbayes.config import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
+from fedbayes.frontdoor import check_device
 from fedbayes.machine import machine_class
 from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
 from fedbayes.methods import build_method, method_specs
@@ -63,8 +64,6 @@ class RunData:
 def pick_device(name: str = "auto") -> torch.device:
     """The torch device of params.yaml's ``device``; ConfigError naming the key for a CUDA device this
     machine lacks (``frontdoor.check_device``)."""
-    from fedbayes.frontdoor import check_device
-
     check_device({"device": name})
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
