@@ -87,7 +87,7 @@ def test_damaged_run_file_is_named_and_planned_for_rebuild(synth, case):
     good, mtime = f.read_bytes(), f.stat().st_mtime_ns
     damage(f)
     try:
-        for cmd in (f"fedbayes table faults --out {synth}/work/t.csv",
+        for cmd in (f"fedbayes table faults --out {synth}/elsewhere/t.csv",   # a file of its own, outside the workflow's
                     f"fedbayes track --experiment synth-k4 --method fedavg --point local_epochs=1 --seed 0 "
                     f"--run-dir '{RUN}'"):
             out = sh(cmd + "; echo rc=$?", synth)

@@ -13,6 +13,7 @@ synthetic dataset (seconds per run):
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import sqlite3
@@ -214,10 +215,17 @@ def test_flipped_byte_is_refused_naming_the_file(synth, tmp_path, which):
 
 def test_ten_concurrent_writers_on_the_sqlite_mlflow_store(synth, tmp_path):
     run = synth / f"results/runs/synth-k4/{RUN}/seed0"
+    for i in range(10):   # ten runs (track refuses a folder whose run.json records another seed): seed0's, renamed
+        copy = run.parent / f"seed{100 + i}"
+        shutil.copytree(run, copy, dirs_exist_ok=True)
+        for f, where in (("run.json", "config"), ("metrics.json", None)):
+            info = json.loads((copy / f).read_text())
+            (info[where] if where else info)["seed"] = 100 + i
+            (copy / f).write_text(json.dumps(info, indent=2))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # a fresh store: the writers also race to create its schema
     procs = [subprocess.Popen(
         ["fedbayes", "track", "--params", "work/params.effective.yaml", "--experiment", "synth-k4", "--method", "fedavg",
-         "--point", "local_epochs=1", "--seed", str(100 + i), "--run-dir", str(run),
+         "--point", "local_epochs=1", "--seed", str(100 + i), "--run-dir", str(run.parent / f"seed{100 + i}"),
          "--marker", str(tmp_path / f"marker{i}")], cwd=synth, env=env(MLFLOW_TRACKING_URI=uri),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(10)]
     outs = [p.communicate(timeout=600)[0] for p in procs]

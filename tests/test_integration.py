@@ -164,7 +164,9 @@ def test_dvc_repro_after_fedavg_edit_reruns_only_fedavg(workdir):
     assert mtimes(workdir, "data/raw/*/*") == before_data
     assert mtimes(workdir, "data/partitions/smoke/*/*.npz") == before_parts
     after_runs = mtimes(workdir, "results/runs/smoke/*/fedavg/*/*/history.csv")
-    assert after_runs.keys() == before_runs.keys() and all(after_runs[k] > before_runs[k] for k in before_runs)
+    # every FedAvg run retrained; the edit may move a selection to another sweep point, whose other seeds then
+    # train too (FedAvg's only: the selection at smoke scale is a near-tie that round-off decides per machine class)
+    assert before_runs.keys() <= after_runs.keys() and all(after_runs[k] > before_runs[k] for k in before_runs)
     assert (mtimes(workdir, "results/runs/smoke/*/fedlap*/*/*/history.csv")
             | mtimes(workdir, "results/runs/smoke/*/bayesadmm/*/*/history.csv")) == before_other
     assert (workdir / "reports/smoke/table1.csv").read_text() != table_before
