@@ -1,4 +1,4 @@
-"""`fedbayes data|partition|train|evaluate|table|track|validate` — what the Snakemake rules call.
+"""fedbayes: one subcommand per step the Snakemake rules run, and a few for people (each listed below).
 
 Every command reads params.yaml itself (validated against the schema first), so a rule passes only
 names (experiment, method, seed) and paths; the numbers come from the one source of truth.
