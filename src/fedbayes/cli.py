@@ -293,12 +293,11 @@ def cmd_numerics_check(args) -> None:
     exit 0 with each method's check recorded (one line when this machine rounds differently from the
     goldens' machine), or 1 with one line naming the method and the first value its code no longer
     computes."""
-    from fedbayes.catalog import METHOD_SPECS
-    from fedbayes.engine.replay import check_due, golden_name, roundoff_note
+    from fedbayes.engine.replay import check_due, golden_methods, roundoff_note
 
     if args.record and len(args.methods) != 1:
         raise ConfigError("--record names one method's record; give one method, or --work")
-    methods = sorted(m for m in METHOD_SPECS if (Path(args.goldens) / golden_name(m)).exists()) if args.all else args.methods
+    methods = golden_methods(args.goldens) if args.all else args.methods
     if not methods:
         raise ConfigError("name the methods to check, or --all")
     unknown = [m for m in methods if m not in METHOD_SPECS]

@@ -34,8 +34,7 @@ def numerics_checked(method, hparams):
     under work/numerics/<class>/); a real change stops the DAG before any job, naming the method and the
     first value outside. A run taking a code path no golden covers (a plug-in, a new option) gets a
     baseline on its first check. Unchanged code on the same machine costs a source hash, nothing else."""
-    from fedbayes.catalog import METHOD_SPECS
-    from fedbayes.engine.replay import check_due, golden_name, run_tag
+    from fedbayes.engine.replay import check_due, golden_methods, run_tag
 
     key = (method, run_tag(method, hparams))
     if key in _NUMERICS_CHECKED:
@@ -43,8 +42,7 @@ def numerics_checked(method, hparams):
     goldens = Path(workflow.basedir, "tests/golden/numerics")
     if not _NUMERICS_ALL:
         _NUMERICS_ALL.append(True)
-        due = [m for m in sorted(METHOD_SPECS) if (goldens / golden_name(m)).exists()
-               and check_due(m, f"{WORK}/numerics/{m}.json")]
+        due = [m for m in golden_methods(goldens) if check_due(m, f"{WORK}/numerics/{m}.json")]
         if due:
             _numerics_check_process(goldens, due)
     if check_due(method, f"{WORK}/numerics/{method}.json", hparams):   # its round-off line was said above

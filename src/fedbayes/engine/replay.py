@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbayes.catalog import FROZEN_DEFAULTS, method_defaults, numerics
+from fedbayes.catalog import FROZEN_DEFAULTS, METHOD_SPECS, method_defaults, numerics
 from fedbayes.config import raw_root, recorded_stand_in
 from fedbayes.data import make_synthetic
 from fedbayes.data.root import open_data_root
@@ -183,10 +183,11 @@ def replay_verdict(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw", 
         ratios = []
         for w, g, p in zip(committed, replayed, perturbed):
             for col, value in w.items():
-                if col in TIMING or roundoff.excess(col, value, g.get(col)) <= 1:
+                e = roundoff.excess(col, value, g.get(col))
+                if col in TIMING or e <= 1:
                     continue
                 here_spread = max(roundoff.excess(col, g.get(col, ""), p.get(col)), 1.0)
-                ratios.append((roundoff.excess(col, value, g.get(col)) / here_spread,
+                ratios.append((e / here_spread,
                                f"round {w['round']}: {col} {value} != {g.get(col)}"))
         worst = max(ratios)
         if worst[0] <= AMPLIFIED_FACTOR:
@@ -400,6 +401,11 @@ def path_golden_name(method: str, tag: str) -> str:
     return f"{golden_name(method).removesuffix('.json')}.{tag}.json"
 
 
+def golden_methods(goldens: str | Path) -> list[str]:
+    """The installed methods with a committed golden of their current numerics version in ``goldens``."""
+    return [m for m in sorted(METHOD_SPECS) if (Path(goldens) / golden_name(m)).exists()]
+
+
 def golden_files(method: str, *dirs: str | Path) -> list[Path]:
     """The method's goldens of its current numerics version in ``dirs``: ``<golden_name>`` first, then one
     ``path_golden_name`` per further path signature."""
@@ -485,14 +491,14 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
                         f"changed nothing, this machine rounds beyond the envelope measured on other classes "
                         f"(docs/workflow.md, \"Same numbers on another machine\"): report this line")
             if v["mode"] == "round-off":
+                ref = {"golden": v["golden"], "class": v["class"], "largest": v["worst"],
+                       "of_envelope": round(v["fraction"], 4)}
                 own = {**golden, "history": v["history"], "predictions": prediction_digests(tmp), "machine": here,
-                       "reference": {"golden": v["golden"], "class": v["class"], "largest": v["worst"],
-                                     "of_envelope": round(v["fraction"], 4)}}
+                       "reference": ref}
                 mine = record.parent / class_slug(here) / Path(path).name
                 mine.parent.mkdir(parents=True, exist_ok=True)
                 write_text_atomic(mine, json.dumps(own, indent=1) + "\n")
-                roundoffs.append({"golden": v["golden"], "class": v["class"], "largest": v["worst"],
-                                  "of_envelope": round(v["fraction"], 4), "recorded": str(mine)})
+                roundoffs.append({**ref, "recorded": str(mine)})
                 result = "within round-off"
             seen.append(signature_tag(golden_hparams_with_defaults(golden)))
         if tag is not None and tag not in seen:
