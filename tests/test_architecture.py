@@ -24,6 +24,8 @@ def module_name(path: Path, src: Path = SRC) -> str:
 # A module's layer is that of the longest name here it starts with.
 LAYERS = {
     "cli": ("fedbayes.cli",),
+    # the DAG's planning, called by the Snakemake rules (Snakefile, workflow/rules/*.smk)
+    "workflow": ("fedbayes.workflow",),
     # the workflow's jobs apart from training: tables, figures, selection, the scorecard, MLflow, toys
     "jobs": ("fedbayes.reports", "fedbayes.tracking", "fedbayes.toys"),
     # one run: partitioning, training, replay, evaluation, and the provenance a run records

@@ -27,16 +27,13 @@ def selected_runs(experiment, method, table_csv):
     checkpoint, and would say "Nothing to be done"); when its job has run, Snakemake asks again."""
     def inputs(wc):
         if (available := experiment_available(experiment)) is None:
-            status = plan.unrecorded(WORK, experiment_datasets(experiment))
-            return status + missing_marker(experiment, method, status, table_csv)
+            return plan.unrecorded(WORK, experiment_datasets(experiment)) + missing_marker(experiment, method, plan.unrecorded(WORK, experiment_datasets(experiment)), table_csv)
         if not available:
             return []
-        selected = selected_file(experiment, method)
-        if not Path(selected).exists():
+        if not Path(selected := selected_file(experiment, method)).exists():
             return [selected] + missing_marker(experiment, method, [selected], table_csv)
-        runs = [run_dir(experiment, method, selected_point(experiment, method), s) for s in seeds(config, experiment, method)]
-        files = [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
-        return files + missing_marker(experiment, method, files + [f"{r}/run.json" for r in runs], table_csv) + gate_input(method)
+        files, kept = plan.run_inputs([run_dir(experiment, method, selected_point(experiment, method), s) for s in seeds(config, experiment, method)])
+        return files + missing_marker(experiment, method, kept, table_csv) + gate_input(method)
 
     return inputs
 

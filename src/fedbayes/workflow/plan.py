@@ -63,6 +63,13 @@ def unrecorded(work, datasets) -> list[str]:
     return [status_file(work, d) for d in datasets if data_status(work, d) is None]
 
 
+def run_inputs(run_dirs) -> tuple[list[str], list[str]]:
+    """(the files a table reads of these runs: metrics.json and history.csv, the files whose loss reruns
+    it: those and run.json)."""
+    files = [f"{r}/metrics.json" for r in run_dirs] + [f"{r}/history.csv" for r in run_dirs]
+    return files, files + [f"{r}/run.json" for r in run_dirs]
+
+
 def sweeps_beside(table: str, spec: dict) -> str | None:
     """The folder under the reports where a table with ``sweeps: beside`` keeps its sweep reports (its
     own folder), else None."""
