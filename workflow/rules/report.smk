@@ -27,7 +27,7 @@ def selected_runs(experiment, method, table_csv):
     checkpoint, and would say "Nothing to be done"); when its job has run, Snakemake asks again."""
     def inputs(wc):
         if (available := experiment_available(experiment)) is None:
-            return plan.unrecorded(WORK, experiment_datasets(experiment)) + missing_marker(experiment, method, plan.unrecorded(WORK, experiment_datasets(experiment)), table_csv)
+            return plan.unrecorded(WORK, experiment_datasets(experiment)) + marker_input(f"{WORK}/missing/data/{experiment}.txt", "rebuilt because of: ", plan.unrecorded(WORK, experiment_datasets(experiment)), [table_csv])
         if not available:
             return []
         if not Path(selected := selected_file(experiment, method)).exists():

@@ -31,13 +31,24 @@ def _longest(name: str, modules: dict) -> str | None:
     return name or None
 
 
+def _statements(body):
+    """Every statement in ``body``, nested ones (in functions, classes, ``if``, ``try``, ``with``) too:
+    an import is a statement, so expressions need no visit (a full ``ast.walk`` costs seconds here)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+
+
 def imports_of(path: Path, name: str, modules: dict) -> set[str]:
     """The package modules the module ``name`` (file ``path``) imports, wherever the statement is; a
     relative import resolved against its package; each name resolved to the longest existing module."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -59,8 +70,19 @@ def closure(entries, root: Path = ROOT) -> list[Path]:
 
 
 @functools.cache
+def _modules(root: str) -> dict[str, Path]:
+    return module_files(Path(root))
+
+
+@functools.cache
+def _imports(root: str, module: str) -> frozenset[str]:
+    modules = _modules(root)
+    return frozenset(imports_of(modules[module], module, modules))
+
+
+@functools.cache
 def _closure(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
-    modules = module_files(Path(root))
+    modules = _modules(root)
     unknown = [e for e in entries if e not in modules]
     if unknown:
         raise ValueError(f"not a module of {root}: {', '.join(unknown)}")
@@ -71,7 +93,7 @@ def _closure(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
             continue
         seen.add(m)
         parents = [".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)]
-        todo += [p for p in parents if p in modules] + sorted(imports_of(modules[m], m, modules))
+        todo += [p for p in parents if p in modules] + sorted(_imports(root, m))
     return tuple(sorted(str(modules[m]) for m in seen))
 
 

@@ -11,7 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from fedbayes.config import experiment_config, run_config, seeds, sweep_points
+from fedbayes.config import experiment_config, sweep_points
+from fedbayes.config import method_hparams as resolved_hparams
 from fedbayes.engine.replay import check_due, run_tag
 from fedbayes.workflow.markers import file_state
 
@@ -28,9 +29,8 @@ def method_hparams(params: dict, method: str) -> list[dict]:
     for e in params["experiments"]:
         if method not in experiment_config(params, e)["methods"]:
             continue
-        seed = seeds(params, e, method)[0]
         for point in sweep_points(params, e, method):
-            hp = run_config(params, e, method, seed, point)["hparams"]
+            hp = resolved_hparams(params, e, method, point)
             out.setdefault(run_tag(method, hp), hp)
     return list(out.values())
 

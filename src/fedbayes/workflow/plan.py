@@ -4,6 +4,7 @@ another scale."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -107,7 +108,13 @@ def report_category(name: str, papers: Path) -> str:
     if "/" not in name:
         return "Headline benchmark"
     paper = name.split("/")[0]
-    f = Path(papers) / f"{paper}.yaml"
+    return _paper_title(str(Path(papers) / f"{paper}.yaml"), paper)
+
+
+@functools.lru_cache(maxsize=None)
+def _paper_title(path: str, paper: str) -> str:
+    """A paper's title, read once a process (a table's outputs ask for it each)."""
+    f = Path(path)
     return (yaml.safe_load(f.read_text()) or {}).get("title", paper) if f.exists() else paper
 
 
