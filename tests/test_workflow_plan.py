@@ -149,6 +149,7 @@ def test_table_pairs_sweeps_and_import_groups():
     assert plan.sweep_report("reports", "table1", {}, "x") == "reports/sweeps/x.csv"
     groups = plan.import_groups(p, None)
     assert groups["table1"] == pairs and plan.import_rule("fedlap/table1") == "mlflow_fedlap_table1"
+    assert plan.job_rule("table", "fedlap/table1") == "table_fedlap_table1"
     with pytest.raises(ValueError, match="may not be named"):
         plan.import_groups(p, "table1")
 

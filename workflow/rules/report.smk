@@ -57,7 +57,7 @@ for _table, _spec in config["tables"].items():
 
     rule:
         name:
-            f"table_{_table.replace('/', '_')}"
+            plan.job_rule("table", _table)
         input:
             *[selected_runs(e, m, f"{REPORTS}/{_table}.csv") for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
             status=table_status(_exps),
@@ -95,7 +95,7 @@ for _toy in config.get("toys", {}):
 
     rule:
         name:
-            f"toy_{_toy.replace('/', '_')}"
+            plan.job_rule("toy", _toy)
         input:
             code=fixed(CODE["toy"]),
             # the datasets it reads, fetched: a status not recorded yet only where the toy is built anyway (the

@@ -1,5 +1,5 @@
 # MLflow import: not on a table's path (a table reads the run files, never the store), so a table is
-# built without it. `snakemake --cores all mlflow_<table>` (the table's name, "/" as "_": mlflow_table1,
+# built without it. `snakemake --cores all mlflow_<table>` (the table's name, a slash as an underscore: mlflow_table1,
 # mlflow_fedlap_table1) imports that table's runs and no other's; `snakemake --cores all mlflow` every
 # table's (also part of the default target). One job per table imports every run of its (experiment,
 # method) pairs (each sweep point on the selection's seeds, the selected point on every seed) in one

@@ -83,6 +83,11 @@ def sweep_report(reports: str, table: str, spec: dict, experiment: str) -> str:
     return f"{reports}/{folder}/sweep_{experiment}.csv" if folder else f"{reports}/sweeps/{experiment}.csv"
 
 
+def job_rule(kind: str, name: str) -> str:
+    """The rule of a table or toy: ``table_<name>``, "/" as "_" (table_fedlap_table1)."""
+    return f"{kind}_{name.replace('/', '_')}"
+
+
 def import_rule(group: str) -> str:
     """The MLflow import rule of a group (a table's name, "/" and the like as "_")."""
     return "mlflow_" + re.sub(r"[^A-Za-z0-9]", "_", group)
