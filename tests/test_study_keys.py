@@ -1,0 +1,113 @@
+"""Every run's key is what it was: for every run the DAG could ask for at every scale (paper, smoke,
+rehearsal) — each experiment, method, sweep point and seed — the resolved configuration (what run.json
+records and MLflow logs; its hash names the checkpoint) and the rerun key (numerics versions and the
+defaults that differ from the frozen record), and for every table the experiments and figures it plans,
+are compared with a fixture written from the code before the configuration became ``fedbayes.study``
+(tests/fixtures/study_keys.json). A refactor of the resolution that moves one byte of one key fails here,
+naming the run.
+
+Regenerate (only for a change that means to move keys, which reruns the runs it names):
+``python tests/test_study_keys.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "study_keys.json"
+SCALES = ("paper", "smoke", "rehearsal")
+
+
+def digest(x) -> str:
+    """The canonical JSON of a value (sorted keys, as run.json's config hash is taken), hashed."""
+    return hashlib.sha256(json.dumps(x, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def current_keys(params_path: Path = REPO / "params.yaml") -> dict:
+    """The keys today's code gives every run, partition, selection and table at every scale."""
+    from fedbayes.catalog import defaults_key, numerics
+    from fedbayes.config import (comparable_experiments, experiment_config, load_params,
+                                 overlay_replacements, partition_config, paths, run_config, seeds, selection,
+                                 selection_seeds, stand_in_size, sweep_points, swept_points, table_figures)
+
+    out: dict = {}
+    for scale in SCALES:
+        p = load_params(params_path, scale=scale)
+        s = out[scale] = {"paths": paths(p), "stand_in": stand_in_size(p), "seeds": seeds(p),
+                          "replaced": overlay_replacements(p), "experiments": {}, "runs": {}, "tables": {}}
+        for e in p["experiments"]:
+            x = experiment_config(p, e)
+            s["experiments"][e] = {
+                "config": digest(x), "selection": selection(p, e),
+                "partitions": {str(seed): digest(partition_config(p, e, seed)) for seed in seeds(p)},
+                "methods": {m: {"points": list(sweep_points(p, e, m)), "swept": list(swept_points(p, e, m)),
+                                "seeds": seeds(p, e, m), "selection_seeds": selection_seeds(p, e, m)}
+                            for m in x["methods"]}}
+            for m, plan in s["experiments"][e]["methods"].items():
+                for point in plan["points"]:
+                    for seed in sorted(set(plan["seeds"]) | set(plan["selection_seeds"])):
+                        cfg = run_config(p, e, m, seed, point)
+                        changed = defaults_key(m, cfg["hparams"])
+                        rerun = json.dumps({**numerics(m), **({"defaults": changed} if changed else {})},
+                                           sort_keys=True)
+                        s["runs"][f"{e}/{m}/{point}/seed{seed}"] = digest([cfg, rerun])
+        for t, spec in p["tables"].items():
+            s["tables"][t] = {"experiments": comparable_experiments(spec), "figures": table_figures(t, spec),
+                              "spec": digest(spec)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return json.loads(json.dumps(current_keys()))   # as the fixture went through JSON
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return json.loads(FIXTURE.read_text())
+
+
+def test_the_fixture_covers_every_scale_every_run_and_every_table(recorded):
+    assert set(recorded) == set(SCALES)
+    assert {s: len(recorded[s]["runs"]) > n for s, n in zip(SCALES, (2600, 350, 120))} == dict.fromkeys(SCALES, True)
+    assert all(len(recorded[s]["tables"]) >= 19 for s in SCALES)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_run_key_is_byte_identical(keys, recorded, scale):
+    now, then = keys[scale]["runs"], recorded[scale]["runs"]
+    assert list(now) == list(then), (f"scale {scale}: runs planned differ: added {sorted(set(now) - set(then))[:5]}, "
+                                     f"gone {sorted(set(then) - set(now))[:5]}")
+    differ = [f"{r}: {then[r]} -> {now[r]}" for r in then if now[r] != then[r]]
+    assert not differ, f"scale {scale}: {len(differ)} run keys moved:\n" + "\n".join(differ[:10])
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_experiment_partition_selection_and_table_is_what_it_was(keys, recorded, scale):
+    for part in ("paths", "stand_in", "seeds", "replaced", "experiments", "tables"):
+        now, then = keys[scale][part], recorded[scale][part]
+        if isinstance(then, dict):
+            differ = [k for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
+            assert not differ, f"scale {scale}: {part} differ at {differ[:5]}"
+        assert now == then, f"scale {scale}: {part}: {then!r} -> {now!r}"
+
+
+def write_fixture(keys: dict) -> str:
+    """The fixture's text: indented JSON with one line a run (a moved key shows as the lines of its runs)."""
+    parts = []
+    for scale in SCALES:
+        rest = json.dumps({k: v for k, v in keys[scale].items() if k != "runs"}, indent=1)
+        runs = ",\n".join(f"{json.dumps(r)}: {json.dumps(v)}" for r, v in keys[scale]["runs"].items())
+        parts.append(f"{json.dumps(scale)}: {rest[:-2]},\n\"runs\": {{\n{runs}\n}}\n}}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO / "src"))
+    FIXTURE.write_text(write_fixture(current_keys()))
+    print(f"wrote {FIXTURE.relative_to(REPO)}")
