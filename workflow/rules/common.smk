@@ -6,11 +6,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from fedbayes.config import (comparable_experiments, experiment_config, partition_config, paths, run_config,
+from fedbayes.study import (comparable_experiments, experiment_config, partition_config, paths, run_config,
                              seeds, selection, selection_seeds, stand_in_size, swept_points, sweep_points,
                              table_figures)
 from fedbayes import runpaths
-from fedbayes.catalog import split_variant
+from fedbayes.study import split_variant
 from fedbayes.reports.headline import plot_files as headline_plot_files
 from fedbayes.reports.toys import TOYS
 
@@ -35,7 +35,7 @@ CLI = f"{FEDBAYES} {{cmd}} --params {shlex.quote(str(EFFECTIVE))}"
 # A scale value that replaces a user's own method setting, said once when the DAG is planned (the
 # scale's shared values win: fedbayes.config.overlay_replacements; `fedbayes validate --scale <scale>`
 # names every place).
-from fedbayes.config import overlay_replacements
+from fedbayes.study import overlay_replacements
 
 if not workflow.remote_exec and not workflow.subprocess_exec and (_REPLACED := overlay_replacements(config, limit=3)):
     print(_REPLACED + f"; all of them: fedbayes validate --scale {SCALE}", file=sys.stderr)

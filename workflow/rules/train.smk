@@ -13,7 +13,7 @@ def numerics_key(wc):
     defaults its method reads from its spec, or the numerics version of its method or of the core
     changes, never because a source file was edited. The defaults enter only where they differ from the
     frozen record (catalog.defaults_key), so the key of a run under today's defaults is what it was."""
-    from fedbayes.catalog import defaults_key, numerics
+    from fedbayes.study import defaults_key, numerics
 
     hp = run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)["hparams"]
     changed = defaults_key(wc.method, hp)
@@ -80,8 +80,8 @@ def changed_config(wc):
     history.csv (unparseable, truncated, disagreeing with each other: fedbayes.runfiles) reruns the run
     the same way, the marker naming the file. A finished run is adopted only by code that computes its
     method's numbers as the code of the last numerics check did (numerics_checked)."""
-    from fedbayes.catalog import default_changes, numerics
-    from fedbayes.config import config_changes
+    from fedbayes.study import default_changes, numerics
+    from fedbayes.study import config_changes
     from fedbayes.runfiles import run_problems
 
     d = Path(run_dir(wc.experiment, wc.method, wc.point, wc.seed))
