@@ -29,11 +29,11 @@ def digest(x) -> str:
 
 
 def current_keys(params_path: Path = REPO / "params.yaml") -> dict:
-    """The keys today's code gives every run, partition, selection and table at every scale."""
-    from fedbayes.catalog import defaults_key, numerics
-    from fedbayes.config import (comparable_experiments, experiment_config, load_params,
-                                 overlay_replacements, partition_config, paths, run_config, seeds, selection,
-                                 selection_seeds, stand_in_size, sweep_points, swept_points, table_figures)
+    """The keys today's functions give every run, partition, selection and table at every scale (the
+    code the fixture was written with: kept, so the typed study is checked against them too)."""
+    from fedbayes.study import (comparable_experiments, defaults_key, experiment_config, load_params, numerics,
+                                overlay_replacements, partition_config, paths, run_config, seeds, selection,
+                                selection_seeds, stand_in_size, sweep_points, swept_points, table_figures)
 
     out: dict = {}
     for scale in SCALES:
@@ -62,9 +62,42 @@ def current_keys(params_path: Path = REPO / "params.yaml") -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def keys():
-    return json.loads(json.dumps(current_keys()))   # as the fixture went through JSON
+def study_keys(params_path: Path = REPO / "params.yaml") -> dict:
+    """The same keys, read from the resolved study (``fedbayes.study.model``): its Experiments, MethodPlans,
+    PartitionSpecs, RunSpecs and TableSpecs."""
+    from fedbayes.study import overlay_replacements
+    from fedbayes.study.model import load_study
+
+    out: dict = {}
+    for scale in SCALES:
+        st = load_study(params_path, scale=scale)
+        s = out[scale] = {"paths": dict(st.paths), "stand_in": st.stand_in, "seeds": list(st.seeds),
+                          "replaced": overlay_replacements(st.params), "experiments": {}, "runs": {}, "tables": {}}
+        for e, x in st.experiments.items():
+            s["experiments"][e] = {
+                "config": digest(x.config), "selection": json.loads(x.selection),
+                "partitions": {str(seed): digest(part.config) for seed, part in x.partitions.items()},
+                "methods": {m: {"points": list(plan.points), "swept": list(plan.swept), "seeds": list(plan.seeds),
+                                "selection_seeds": list(plan.selection_seeds)} for m, plan in x.methods.items()}}
+        for run in st.runs():
+            assert run.hash == config_hash_of(run.config)
+            s["runs"][f"{run.experiment}/{run.method}/{run.point}/seed{run.seed}"] = digest([run.config, run.rerun_key])
+        for t, table in st.tables.items():
+            s["tables"][t] = {"experiments": list(table.experiments), "figures": list(table.figures),
+                              "spec": digest(table.spec)}
+    return out
+
+
+def config_hash_of(cfg: dict) -> str:
+    """run.json's ``config_hash`` as the engine takes it (sha256 of the sorted JSON, 16 hex digits)."""
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@pytest.fixture(scope="module", params=["functions", "study"])
+def keys(request):
+    """The keys as the resolution functions give them, and as the typed study holds them."""
+    made = current_keys() if request.param == "functions" else study_keys()
+    return json.loads(json.dumps(made))   # as the fixture went through JSON
 
 
 @pytest.fixture(scope="module")
