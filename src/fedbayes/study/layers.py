@@ -13,8 +13,6 @@ from fedbayes.study.reading import load_params_text
 
 
 SCALES = ("paper", "smoke", "rehearsal")
-
-
 # scale rehearsal: the smoke DAG (params.smoke.yaml's `smoke`, then its `rehearsal` block) on stand-in data
 # (fedbayes.data.standin): every experiment, none of it ever mistaken for a result.
 STAND_IN = "stand-in"

@@ -22,8 +22,6 @@ from fedbayes.study.names import METHOD_SPECS
 # method, when the code no longer gives its history bit for bit. A refactor that keeps the numbers
 # bumps nothing and retrains nothing. A run.json without ``numerics`` was trained at version 1.
 CORE_NUMERICS = 1
-
-
 # Each method's version is its spec's ``numerics`` (why each was bumped: a comment beside it).
 METHOD_NUMERICS: dict[str, int] = {m: s.numerics for m, s in METHOD_SPECS.items()}
 
