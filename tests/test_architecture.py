@@ -31,7 +31,7 @@ LAYERS = {
     # one run: partitioning, training, replay, evaluation, and the provenance a run records
     "engine": ("fedbayes.engine", "fedbayes.eval.evaluate", "fedbayes.provenance"),
     # the methods, their registry, and the configuration (it validates hyperparameters against the specs)
-    "methods": ("fedbayes.methods", "fedbayes.catalog", "fedbayes.config", "fedbayes.frontdoor", "fedbayes.ownership"),
+    "methods": ("fedbayes.methods", "fedbayes.study", "fedbayes.frontdoor", "fedbayes.ownership"),
     # models, data, partition schemes, metrics, files; ``engine.seeds`` is numpy-only seeding that partition
     # schemes and methods share (its file stays where the partition rule's code hash reads it)
     "core": ("fedbayes", "fedbayes.models", "fedbayes.data", "fedbayes.partition", "fedbayes.eval",

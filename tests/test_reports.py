@@ -289,7 +289,7 @@ def test_every_method_has_one_colour_distinct_within_its_family():
     family) are told apart; a variant keeps its method's colour, dashed."""
     from fedbayes.reports.figures import FAMILIES, family_of, method_style
 
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
     from fedbayes.reports.figures import COLORS, SPARE
 
     colours = [method_style(m)["color"] for m in METHOD_SPECS]     # no two methods alike (fedadmm was fedpa's)
@@ -309,7 +309,7 @@ def test_every_method_has_one_colour_distinct_within_its_family():
 def test_published_as_compares_a_prediction_with_another_methods_published_cell(table_params, tmp_path):
     """``tables.<t>.published_as``: which published method a table method's cells stand beside (e.g.
     ``feddyn@avg`` beside the paper's FedDyn); validation names a mapping to an unknown method."""
-    from fedbayes.config import ConfigError, check_semantics
+    from fedbayes.study import ConfigError, check_semantics
 
     p = copy.deepcopy(table_params)
     p["tables"]["table1"]["published_as"] = {"fedavg": "fedprox"}

@@ -1,4 +1,4 @@
-"""Reruns follow numbers, not file hashes (fedbayes.catalog), on the real ``snakemake`` command in a
+"""Reruns follow numbers, not file hashes (fedbayes.study.rerun), on the real ``snakemake`` command in a
 temporary copy of the repository (the synthetic experiments of tests/test_faults.py) whose package
 sources the workflow runs (``PYTHONPATH=<copy>/src``), so that the tests can edit them:
 
@@ -119,7 +119,7 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     assert said and len(set(said)) == 1, out[-3000:]
     assert re.search(r"fedprox's numbers changed without a numerics version bump: round \d+: \S+ \S+ != \S+", said[0]), said
     assert "fedavg" not in said[0] and not re.search(r"^rule train:", out, re.M)
-    catalog = built / "src/fedbayes/catalog.py"
+    catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
     planned = planned_training(built)
     assert planned and {r[1] for r in planned} == {"fedprox"}
@@ -154,9 +154,9 @@ def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_train
 def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
     if metadata == "fresh clone":  # no record of the params the runs were made with: run.json decides
         shutil.rmtree(built / ".snakemake")
-    from fedbayes.catalog import METHOD_NUMERICS
+    from fedbayes.study import METHOD_NUMERICS
 
-    catalog = built / "src/fedbayes/catalog.py"
+    catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
     now = METHOD_NUMERICS["fedprox"]
     want = {r for r in all_runs(built) if r[1] == "fedprox"}
@@ -173,7 +173,7 @@ def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
 
 
 def test_a_core_numerics_bump_reruns_every_run(built):
-    catalog = built / "src/fedbayes/catalog.py"
+    catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text().replace("CORE_NUMERICS = 1", "CORE_NUMERICS = 2"))
     # the sweep's runs; where the selection reads the first seed only, the other seeds wait behind it
     sel_all = read_params(built)["experiments"]["synth-k4"].get(
@@ -218,7 +218,7 @@ def test_a_runs_defaults_are_compared_with_its_record_or_the_frozen_one(monkeypa
     defaults; a recorded default compares with today's; an option added since, or a value the
     configuration now sets, is no change of a default; a method without a frozen record (a plug-in)
     keys every default it reads."""
-    from fedbayes import catalog
+    from fedbayes.study import rerun as catalog
 
     hp = {"lr": 0.1, "batch_size": 32, "local_epochs": 1}
     now = catalog.method_defaults("fedprox", hp)

@@ -41,11 +41,11 @@ def test_a_rules_code_follows_its_imports_function_level_ones_included(tmp_path)
 
 def test_the_code_lists_hold_the_real_imports():
     """The hand-written lists missed imports: the evaluate rule's code held eval/ but not runfiles.py or
-    fileio.py, which evaluate.py imports; the table's missed config.py and catalog.py."""
+    fileio.py, which evaluate.py imports; the table's missed the configuration and rerun modules."""
     evaluate = rel(codes.rule_code(*codes.RULE_CODE["evaluate"]))
     assert {"eval/evaluate.py", "eval/metrics.py", "runfiles.py", "fileio.py"} <= evaluate
     table = rel(codes.rule_code(*codes.RULE_CODE["table"]))
-    assert {"reports/tables.py", "reports/figures.py", "config.py", "catalog.py", "papers/fedlap.yaml"} <= table
+    assert {"reports/tables.py", "reports/figures.py", "study/resolve.py", "study/rerun.py", "papers/fedlap.yaml"} <= table
     assert not any(f.startswith("engine/") for f in table)   # a table never trains
     partition = rel(codes.rule_code(*codes.RULE_CODE["partition"]))
     assert {"engine/partitions.py", "partition/schemes.py", "engine/seeds.py"} <= partition
@@ -147,7 +147,7 @@ def test_data_availability_is_read_never_fetched(tmp_path):
 
 
 def test_table_pairs_sweeps_and_import_groups():
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
 
     p = load_params(REPO / "params.yaml")
     spec = p["tables"]["table1"]
@@ -189,7 +189,7 @@ def test_the_numerics_gate_is_due_only_on_a_change(tmp_path, monkeypatch):
 
 
 def test_the_method_hparams_are_one_per_code_path():
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
     from fedbayes.engine.replay import run_tag
 
     p = load_params(REPO / "params.yaml")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fedbayes import runpaths
-from fedbayes.config import (experiment_config, overlay_replacements, partition_config, paths, run_config, seeds,
+from fedbayes.study import (experiment_config, overlay_replacements, partition_config, paths, run_config, seeds,
                              selection, selection_seeds, stand_in_size, swept_points, sweep_points, table_figures)
 from fedbayes.reports.headline import plot_files as headline_plot_files
 from fedbayes.reports.toys import TOYS

@@ -10,7 +10,7 @@
 # unavailable: ...)". To try again (new mirror, network): delete work/data/<dataset>.json.
 #
 # At rehearsal scale every dataset is a stand-in (fedbayes.data.standin), generated and fetched by the same
-# code into the folder beside paths.raw named "<raw>-stand-in/<size>" (fedbayes.config.paths).
+# code into the folder beside paths.raw named "<raw>-stand-in/<size>" (fedbayes.study.paths).
 STAND_IN = ["--stand-in", stand_in_size(config)] if stand_in_size(config) else []
 
 

@@ -1,4 +1,4 @@
-# Smoke-scale outputs never share a path with paper-scale ones (fedbayes.config.paths: reports/smoke/,
+# Smoke-scale outputs never share a path with paper-scale ones (fedbayes.study.paths: reports/smoke/,
 # results/runs/smoke/, …). At scale smoke, asking for a paper-scale output (reports/table1.csv) would
 # otherwise end in Snakemake's bare "No rule to produce": this rule matches exactly the paper-scale
 # outputs of the rules above (fedbayes.workflow.plan.paper_twin_pattern) and fails before any job starts,

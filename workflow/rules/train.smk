@@ -3,7 +3,7 @@
 # Declared outputs are the committed files (history.csv, run.json), so a fresh clone reuses finished
 # runs; predictions.npz (large, not committed) is written beside them for the evaluate rule.
 # What reruns a finished run is its resolved configuration and its numerics versions (the rerun rule,
-# fedbayes.catalog), as params and, where Snakemake has no record, as a marker input naming what changed
+# fedbayes.study.rerun), as params and, where Snakemake has no record, as a marker input naming what changed
 # (fedbayes.workflow.staleness.run_changes); never the mtime or hash of a source file. The job fetches its
 # data and writes its partition itself when they are missing, so the data and partition jobs a fresh
 # clone must run never make finished runs look stale.

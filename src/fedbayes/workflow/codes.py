@@ -140,4 +140,4 @@ RULE_CODE = {
 }
 # Modules a command calls to read its arguments and guard its outputs, not to compute them: their edit
 # reruns no job (the evaluate job of a committed run, which keeps no predictions, could not rerun).
-COMMAND_PLUMBING = {"fedbayes.config", "fedbayes.ownership", "fedbayes.fileio", "fedbayes.runpaths"}
+COMMAND_PLUMBING = {"fedbayes.study", "fedbayes.ownership", "fedbayes.fileio", "fedbayes.runpaths"}

@@ -11,8 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from fedbayes.config import experiment_config, sweep_points
-from fedbayes.config import method_hparams as resolved_hparams
+from fedbayes.study import experiment_config, sweep_points
+from fedbayes.study import method_hparams as resolved_hparams
 from fedbayes.engine.replay import check_due, run_tag
 from fedbayes.workflow.markers import file_state
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from fedbayes.catalog import split_variant
-from fedbayes.config import comparable_experiments, experiment_config
+from fedbayes.study import split_variant
+from fedbayes.study import comparable_experiments, experiment_config
 
 
 def effective_text(config: dict) -> str:

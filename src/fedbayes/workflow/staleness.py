@@ -1,5 +1,5 @@
 """Why a finished run, its metrics or a sweep selection is to be made again, read from its files (the
-rerun rule: fedbayes.catalog; the damage checks: fedbayes.runfiles). Each returns the reasons, empty
+rerun rule: fedbayes.study.rerun; the damage checks: fedbayes.runfiles). Each returns the reasons, empty
 where nothing is stale; the rules turn them into rerun markers (``markers.marker``)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedbayes.catalog import default_changes, defaults_key, numerics
-from fedbayes.config import config_changes
+from fedbayes.study import default_changes, defaults_key, numerics
+from fedbayes.study import config_changes
 from fedbayes.runfiles import metrics_problems, run_problems, selection_problems
 
 RUN_FILES = ("run.json", "history.csv")
