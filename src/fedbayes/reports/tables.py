@@ -313,7 +313,7 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     if figures and not any(experiment_status(p, x) == "ok" for x in comparable_experiments(spec)):
         lines += ["", "**Figures:** no experiment of this table ran here, so there are no learning curves: "
                   + "; ".join(f"`{f}` shows " + ("the published values alone" if f.endswith("_curves.png") else
-                                                  "the published ECE alone (the paper prints no reliability bins)")
+                                                  "the published ECE against the published accuracy (the paper prints no reliability bins)")
                               for f in figures) + "."]
     notes = spec.get("notes")
     if notes and Path(notes).exists():
