@@ -7,8 +7,8 @@
 # An experiment whose data could not be obtained on this machine (the data checkpoint) contributes no
 # inputs: its rows read "not run (data unavailable: ...)".
 #
-# `snakemake --report report.html` is the browsable view of the results: every table (CSV and rendered
-# .md), figure, sweep report and notes file is marked with report(), in a category per paper (its title
+# `snakemake --report report.html` is the browsable view of the results: every figure, sweep report and
+# notes file is marked with report() (tables as rendered pages: report_pages.smk), in a category per paper (its title
 # from src/fedbayes/papers/<paper>.yaml) and a subcategory per table; captions in workflow/report/.
 
 
@@ -105,8 +105,8 @@ for _table, _spec in config["tables"].items():
                                     f"{REPORTS}/{_table}.csv"),
             code=fixed(code("reports", "papers", "published.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
         output:
-            csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
-            md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
+            csv=f"{REPORTS}/{_table}.csv",  # in the report as rendered pages (report_pages.smk)
+            md=f"{REPORTS}/{_table}.md",
             figures=[in_report(f"{REPORTS}/figures/{f}", _table, "figure") for f in table_figures(_table, _spec)],
         params:
             spec=json.dumps({k: v for k, v in _spec.items() if k != "sweeps"}, sort_keys=True),  # where, not what
@@ -140,8 +140,8 @@ for _toy in config.get("toys", {}):
             code=fixed(code("toys", "reports/toys.py", "papers", "published.py")),
             data=fixed([f"{WORK}/data/{d}.json" for d in TOYS[_toy].datasets]),  # the datasets it reads, fetched
         output:
-            csv=in_report(f"{REPORTS}/{_toy}.csv", _toy, "toy"),
-            md=in_report(f"{REPORTS}/{_toy}.md", _toy, "toy"),
+            csv=f"{REPORTS}/{_toy}.csv",  # in the report as rendered pages (report_pages.smk)
+            md=f"{REPORTS}/{_toy}.md",
             figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOYS[_toy].figures],  # beside it
         params:
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
@@ -165,9 +165,8 @@ rule scorecard:
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
         code=fixed(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),
-    output:  # in Snakemake's report, its own category (once built: see in_report)
-        report(SCORECARD, caption="../report/scorecard.rst", category="Reproduction scorecard",
-               labels={"file": "README.md"}) if Path(SCORECARD).exists() else SCORECARD,
+    output:  # in Snakemake's report as a rendered page, the first category (report_pages.smk)
+        SCORECARD,
     params:
         spec=json.dumps(_SC, sort_keys=True),
         code=code_hash(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),
