@@ -301,8 +301,7 @@ def _committed_runs(p: dict, behind: int) -> str:
     rehearsal folder below it is not an experiment)."""
     runs = [f for f in Path(paths(p)["runs"]).glob("*/*/*/seed*/run.json") if f.parts[-5] in p["experiments"]]
     extra = len(runs) - behind
-    return f"; {len(runs)} runs are committed, the {extra} not behind a table listed in docs/results.md " \
-           "(\"Committed runs\")" if extra > 0 else ""
+    return f"; {len(runs)} committed (the other {extra}: docs/results.md)" if extra > 0 else ""
 
 
 def _runtime(records: list[dict]) -> str:
