@@ -365,7 +365,8 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     if not theirs.empty:
         lines += ["\"Authors' code\": the same cell measured with the authors' released code, run outside this "
                   "repository on its own draws of the data (src/fedbayes/papers/authors_code.yaml):"]
-        lines += [f"{r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
+        # a list item each: consecutive plain lines would render as one paragraph
+        lines += [""] + [f"- {r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
     lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)
     lines += _not_run_notes(df)
     figures = table_figures(name, spec)
