@@ -310,7 +310,7 @@ def _runtime(records: list[dict]) -> str:
     hw = sorted({f"{r.get('device', '?')} ({r.get('device_name', '?')}), {r.get('threads', '?')} thread"
                  + ("s" if r.get("threads") != 1 else "") for r in records})
     wall = [float(r["wall_s"]) for r in records if r.get("wall_s") is not None]
-    return (f"{'; '.join(hw)} per run · {len(records)} runs, {sum(wall) / 3600:.1f} hours of compute in all "
+    return (f"{'; '.join(hw)} per run · {len(records)} runs, {sum(wall) / 3600:.1f} h of compute "
             f"(one run {min(wall) / 60:.0f}–{max(wall) / 60:.0f} min)" if wall else f"{'; '.join(hw)} · {len(records)} runs")
 
 
