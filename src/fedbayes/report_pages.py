@@ -17,7 +17,8 @@ from pathlib import Path
 
 from fedbayes.fileio import write_text_atomic
 
-# Wide tables scroll sideways inside the page; the first column and the header stay in view.
+# Wide tables scroll sideways inside their own box. No sticky header or first column: headless Chromium
+# painted those cells blank in a screenshot of the 15-column table1.
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.2em 1.6em; color: #1f2328; }
 h1 { font-size: 1.45em; } h2 { font-size: 1.2em; border-bottom: 1px solid #d0d7de; padding-bottom: .2em; }
@@ -25,9 +26,8 @@ h3 { font-size: 1.05em; } code { background: #f2f4f6; padding: 0 .25em; border-r
 .scroll { overflow-x: auto; margin: .6em 0 1em; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 th, td { border: 1px solid #d0d7de; padding: 3px 7px; text-align: left; vertical-align: top; white-space: nowrap; }
-th { background: #f6f8fa; position: sticky; top: 0; }
+th { background: #f6f8fa; }
 tr:nth-child(even) td { background: #fbfcfd; }
-td:first-child, th:first-child { position: sticky; left: 0; background: #f6f8fa; }
 .source { color: #57606a; font-size: 12px; }
 """
 
