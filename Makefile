@@ -61,11 +61,15 @@ smoke: setup
 rehearsal: setup
 	snakemake --cores all --config scale=rehearsal
 
-# Snakemake's report (report.html): the scorecard, every table, figure and notes file, after a build. Files
-# this clone did not make (the committed runs) have no Snakemake metadata, and Snakemake warns once per
-# file; those warnings are counted in one line (each run's provenance is its run.json).
+# Snakemake's report (report.html): the scorecard first, every table, figure and notes file, after a build;
+# the .md and .csv files rendered to HTML pages first (rule report_pages) so the report shows them in place,
+# and workflow/report/style.css keeps the rule graph of its front page to a scrolling box. Files this clone
+# did not make (the committed runs) have no Snakemake metadata, and Snakemake warns once per file; those
+# warnings are counted in one line (each run's provenance is its run.json).
 report: setup
-	set -o pipefail; snakemake --report report.html 2>&1 | awk '/^Missing metadata for file/ {n++; next} {print} \
+	snakemake --cores 1 report_pages $(QUIET)
+	set -o pipefail; snakemake --report report.html --report-stylesheet workflow/report/style.css all report_pages 2>&1 \
+		| awk '/^Missing metadata for file/ {n++; next} {print} \
 		END {if (n) print n " files made outside this clone (the committed runs) have no Snakemake metadata: not an error"}'
 
 clean-smoke:

@@ -50,6 +50,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/track.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/report_pages.smk"  # the report's HTML views of the .md and .csv files
 include: "workflow/rules/scale.smk"  # last: it refuses the paper-scale twins of the rules above at scale smoke
 
 

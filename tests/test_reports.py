@@ -402,8 +402,8 @@ def test_no_committed_figure_is_an_empty_plot_area(repo):
 
 def test_a_table_with_no_runs_draws_its_published_values_alone(repo, tmp_path):
     """FedEP Table 5 with its data unavailable: the curves figure shows the published accuracy and ECE,
-    the reliability figure the published ECE (no bins to draw), the .md says why; an empty panel is
-    never saved."""
+    the reliability figure the published ECE against the published accuracy (no bins to draw), the .md
+    says why; an empty panel is never saved."""
     from matplotlib.figure import Figure
 
     from fedbayes.reports.figures import save_with_data
@@ -417,7 +417,7 @@ def test_a_table_with_no_runs_draws_its_published_values_alone(repo, tmp_path):
     for f in ("fedep_table5_curves.png", "fedep_table5_reliability.png"):
         assert _coloured_pixels(tmp_path / "reports" / "figures" / f) > 100, f
     md = out.with_suffix(".md").read_text()
-    assert "**Figures:** no experiment of this table ran here" in md and "published ECE alone" in md
+    assert "**Figures:** no experiment of this table ran here" in md and "published ECE against the published accuracy" in md
     fig = Figure()
     ax = fig.subplots()
     ax.axhline(50, gid="reference")

@@ -7,8 +7,8 @@
 # An experiment whose data could not be obtained on this machine (the data checkpoint) contributes no
 # inputs: its rows read "not run (data unavailable: ...)".
 #
-# `snakemake --report report.html` is the browsable view of the results: every table (CSV and rendered
-# .md), figure, sweep report and notes file is marked with report(), in a category per paper (its title
+# `snakemake --report report.html` is the browsable view of the results: every figure, sweep report and
+# notes file is marked with report() (tables as rendered pages: report_pages.smk), in a category per paper (its title
 # from src/fedbayes/papers/<paper>.yaml) and a subcategory per table; captions in workflow/report/.
 
 
@@ -67,8 +67,8 @@ for _table, _spec in config["tables"].items():
                                     f"{REPORTS}/{_table}.csv"),
             code=fixed(CODE["table"]),
         output:
-            csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
-            md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
+            csv=f"{REPORTS}/{_table}.csv",  # in the report as rendered pages (report_pages.smk)
+            md=f"{REPORTS}/{_table}.md",
             figures=[in_report(f"{REPORTS}/figures/{f}", _table, "figure") for f in table_figures(_table, _spec)],
         params:
             spec=json.dumps({k: v for k, v in _spec.items() if k != "sweeps"}, sort_keys=True),  # where, not what
@@ -102,8 +102,8 @@ for _toy in config.get("toys", {}):
             # data job it would wait on makes an existing toy rerun; a toy rebuilt for its code reads its data itself)
             data=lambda wc, toy=_toy: fixed([f for f in map(lambda d: plan.status_file(WORK, d), TOYS[toy].datasets) if Path(f).exists() or not Path(f"{REPORTS}/{toy}.csv").exists()]),
         output:
-            csv=in_report(f"{REPORTS}/{_toy}.csv", _toy, "toy"),
-            md=in_report(f"{REPORTS}/{_toy}.md", _toy, "toy"),
+            csv=f"{REPORTS}/{_toy}.csv",  # in the report as rendered pages (report_pages.smk)
+            md=f"{REPORTS}/{_toy}.md",
             figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOYS[_toy].figures],  # beside it
         params:
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
@@ -127,9 +127,8 @@ rule scorecard:
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
         code=fixed(CODE["scorecard"]),
-    output:  # in Snakemake's report, its own category (once built: see in_report)
-        report(SCORECARD, caption="../report/scorecard.rst", category="Reproduction scorecard",
-               labels={"file": "README.md"}) if Path(SCORECARD).exists() else SCORECARD,
+    output:  # in Snakemake's report as a rendered page, the first category (report_pages.smk)
+        SCORECARD,
     params:
         spec=json.dumps(_SC, sort_keys=True),
         code=CODE_HASH["scorecard"],

@@ -7,7 +7,8 @@ smooths, ECE, as a running mean without the band), the published
 values as filled markers with error bars in the method's colour, one legend per row outside the axes,
 axis limits that keep every curve's end in view. Reliability diagrams: per method, the final round's
 15 confidence bins pooled over seeds (from metrics.json), with the ECE. A table none of whose experiments
-ran here (data unavailable) gets its published values alone (``published_only``), and no figure is saved
+ran here (data unavailable) gets its published values alone (``published_only``; its reliability figure:
+the published ECE against the published accuracy, ``published_calibration``), and no figure is saved
 with an empty plot area (``save_with_data``).
 """
 
@@ -268,21 +269,22 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
     exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
     bases = list(dict.fromkeys(split_variant(m)[0] for m in spec["methods"]))
     cells = [(x, b) for x in exps for b in bases if b in experiment_config(p, x)["methods"]]
-    if not cells:  # every experiment's data unavailable here: no bins to draw, the published ECE alone
-        return published_only(p, spec, path, ["test/ece"],
-                              "no reliability bins: no run here and the paper prints none")
+    if not cells:  # every experiment's data unavailable here: no bins to draw (the curves show the ECE)
+        return published_calibration(p, spec, path)
     ncol = min(6, len(bases))
     rows_per_exp = math.ceil(len(bases) / ncol)
+    # at least 6.4 in wide: the title and the key below it take two lines each, not half of a 2-panel figure
+    width = max(2.1 * ncol, 6.4)
     with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
-        fig = Figure(figsize=(2.1 * ncol, 2.2 * rows_per_exp * len(exps) + 0.5), layout="constrained")
+        fig = Figure(figsize=(width, 2.3 * rows_per_exp * len(exps) + 0.7), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(rows_per_exp * len(exps), ncol, squeeze=False)
         for ax in axes.flat:
             ax.set_visible(False)
-        fig.suptitle(textwrap.fill(f"{spec.get('title', '')}: reliability at the final round (bins pooled over seeds; "
-                                   f"bar = accuracy in the bin, hatched = gap to its mean confidence, diagonal = "
-                                   f"perfect calibration; bins of fewer than {MIN_BIN} points not drawn)",
-                                   width=int(12 * 2.1 * ncol)), fontsize=9)
+        _suptitle(fig, f"{spec.get('title', '')}: reliability at the final round", width, fontsize=9)
+        fig.supxlabel(textwrap.fill(f"bins pooled over seeds; bar = accuracy in the bin, hatched = gap to its mean "
+                                    f"confidence, diagonal = perfect calibration; bins of fewer than {MIN_BIN} "
+                                    "points not drawn", int(width * 72 / (0.55 * 7))), fontsize=7)
         for xi, x in enumerate(exps):
             placed = [b for b in bases if b in experiment_config(p, x)["methods"]]
             for k, base in enumerate(placed):
@@ -318,6 +320,54 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
                     ax.set_ylabel("accuracy", fontsize=7)
                 ax.set_xlabel("confidence", fontsize=7)
         return save_with_data(fig, path, dpi=110)
+
+
+def published_calibration(p: dict, spec: dict, path: str | Path) -> Path:
+    """The reliability figure of a table none of whose experiments ran here: no reliability bins exist
+    (no run, and the papers print none), so it shows what the paper does print about calibration that the
+    learning-curve figure does not: each method's published ECE against its published accuracy at the last
+    published round, a panel per experiment (lower right = accurate and calibrated). A table that does not
+    publish both falls back to its published ECE alone (``published_only``)."""
+    import seaborn as sns
+
+    refs = spec.get("published", [])
+    panels = []
+    for x in comparable_experiments(spec):
+        rounds = published_rounds(refs, x)
+        if not rounds:
+            continue
+        pts = []
+        for method in spec["methods"]:
+            acc, ece = (published_value(refs, x, method, m, rounds[-1]) for m in ("test/acc", "test/ece"))
+            if acc and ece and acc[0] is not None and ece[0] is not None:
+                pts.append((method, acc[0], _nan0(acc[1]), ece[0], _nan0(ece[1])))
+        if pts:
+            panels.append((x, rounds[-1], pts))
+    if not panels:
+        return published_only(p, spec, path, ["test/ece"], "no reliability bins: no run here and the paper prints none")
+    with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
+        width = 6.0 * len(panels) + 0.4
+        fig = Figure(figsize=(width, 4.6), layout="constrained")
+        FigureCanvasAgg(fig)
+        for ax, (x, rnd, pts) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+            for method, acc, acc_sd, ece, ece_sd in pts:
+                st = method_style(method)
+                ax.errorbar([acc], [ece], xerr=[acc_sd], yerr=[ece_sd], fmt="s" if split_variant(method)[1] else "o",
+                            ms=5, capsize=2, color=st["color"], mec="black", mew=0.5, label=method)
+            ax.margins(x=0.08, y=0.08)
+            ax.legend(fontsize=6.5, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+            ax.set_xlabel(METRICS["test/acc"][0], fontsize=8)
+            ax.set_ylabel(METRICS["test/ece"][0], fontsize=8)
+            ax.set_title(f"{x}, round {rnd}", fontsize=8)
+            ax.tick_params(labelsize=7)
+        _suptitle(fig, f"{spec.get('title', '')}\npublished ECE against published accuracy (mean ± std as printed; "
+                       "no reliability bins: no run here and the paper prints none; square = a prediction variant)",
+                  width, fontsize=9)
+        return save_with_data(fig, path, dpi=110)
+
+
+def _nan0(x) -> float:
+    return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
 def published_only(p: dict, spec: dict, path: str | Path, metrics: list[str], why: str = "") -> Path:

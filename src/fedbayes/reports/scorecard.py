@@ -295,13 +295,22 @@ def run_records(p: dict) -> list[Path]:
     return sorted(found)
 
 
+def _committed_runs(p: dict, behind: int) -> str:
+    """How many runs are committed beside those behind the tables, and where the others are explained.
+    Counted at results/runs/<experiment>/<method>/<point>/seed<s>/ for the params' experiments (a smoke or
+    rehearsal folder below it is not an experiment)."""
+    runs = [f for f in Path(paths(p)["runs"]).glob("*/*/*/seed*/run.json") if f.parts[-5] in p["experiments"]]
+    extra = len(runs) - behind
+    return f"; {len(runs)} committed (the other {extra}: docs/results.md)" if extra > 0 else ""
+
+
 def _runtime(records: list[dict]) -> str:
     if not records:
         return "no runs (nothing here was trained)"
     hw = sorted({f"{r.get('device', '?')} ({r.get('device_name', '?')}), {r.get('threads', '?')} thread"
                  + ("s" if r.get("threads") != 1 else "") for r in records})
     wall = [float(r["wall_s"]) for r in records if r.get("wall_s") is not None]
-    return (f"{'; '.join(hw)} per run · {len(records)} runs, {sum(wall) / 3600:.1f} hours of compute in all "
+    return (f"{'; '.join(hw)} per run · {len(records)} runs, {sum(wall) / 3600:.1f} h of compute "
             f"(one run {min(wall) / 60:.0f}–{max(wall) / 60:.0f} min)" if wall else f"{'; '.join(hw)} · {len(records)} runs")
 
 
@@ -465,7 +474,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
               "with no published value to compare." if with_sub else "",
               f"{_and(short_name[pp] for pp in in_headline)}: methods run in the headline table only."
               if in_headline else ""])) if no_cell else "- Every paper has compared cells here.",
-          "- Hardware and runtime: " + _runtime([json.loads(f.read_text()) for f in run_records(p)]) + ".", ""]
+          "- Hardware and runtime: " + _runtime([json.loads(f.read_text()) for f in run_records(p)])
+          + _committed_runs(p, len(run_records(p))) + ".", ""]
     failing = [(paper, claim, res) for paper, claim, res in claims if res.ours.startswith("does not hold")]
     if failing:
         L += ["**Claims that do not hold on our numbers** (each holds on the paper's own table unless said):", ""]

@@ -24,7 +24,7 @@ from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over
 from fedbayes.reports.escape import md_document, md_text
 from fedbayes.reports.figures import learning_curves, reliability
 from fedbayes.reports.selection import selected_point
-from fedbayes.reports.verdicts import MARK
+from fedbayes.reports.verdicts import MARK, RAN, VERDICTS as VERDICT_ORDER, is_published_cell, verdict
 from fedbayes.runfiles import DamagedFile, read_curves, read_metrics, read_run_info
 from fedbayes.runpaths import run_dir
 
@@ -269,7 +269,7 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
     key = "target" if spec["statistic"] == "rounds_to_target" else "round"
     several = len(metrics) > 1
     lines = [f"Metric{'s' if several else ''} {', '.join(f'`{m}`' for m in metrics)}. "
-             "Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ.", "",
+             "Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ; " + _cell_definition(spec) + ".", "",
              "| experiment | " + ("metric | " if several else "") + key + " | " + " | ".join(methods) + " |",
              "|---|---|" + ("---|" if several else "") + "---|" * len(methods)]
     df = df.assign(at=[_at(r) for _, r in df.iterrows()])
@@ -299,21 +299,81 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
     return lines
 
 
+def _cell_definition(spec: dict) -> str:
+    """How a cell's number is made, in a sentence: the run statistic (e.g. the mean of the last three
+    rounds), then mean ± std over seeds."""
+    stat = STAT_TEXT[spec["statistic"]]
+    if int(spec.get("running", 1)) > 1:
+        stat += f", of the trailing {spec['running']}-round running average"
+    return f"{stat}; ours is the mean over the n seeds"
+
+
+def render_grid(df: pd.DataFrame, p: dict, name: str) -> list[str]:
+    """The table at a glance, first in its .md (a Papers-with-Code style leaderboard): a row per method,
+    a column per experiment, each cell the table's key metric (its first metric with published values)
+    at the experiment's last reported round or target: ours, the published value and the verdict's mark;
+    a last column counts the method's published cells by verdict over the whole table (every metric and
+    round). Every number is one of the long table's below, rounded the same way."""
+    spec = p["tables"][name]
+    metrics = list(spec["metrics"])
+    published = [m for m in metrics if df[df.metric == m]["published_source"].astype(bool).any()]
+    key = (published or metrics)[0]
+    digits = _digits(key, spec["statistic"])
+    exps = list(dict.fromkeys(df.experiment))
+    df = df.assign(at=[_at(r) for _, r in df.iterrows()])
+    last = {x: df[df.experiment == x]["at"].iloc[-1] for x in exps}
+    verdicts = [verdict(r) if is_published_cell(r) else None for _, r in df.iterrows()]
+    df = df.assign(_verdict=verdicts)
+    where = "target" if spec["statistic"] == "rounds_to_target" else "round"
+    what = f"rounds to reach the `{key}` target" if where == "target" else f"`{key}`"
+    lines = [f"**At a glance**: {what} at each experiment's last {where} ({', '.join(f'{x}: {last[x]}' for x in exps)}). "
+             f"Cell: ours / published, {MARK['within']} within or {MARK['outside']} outside the tolerance; "
+             f"{_cell_definition(spec)}. Last column: the method's published cells over every metric and {where} "
+             "of the table, by verdict.", "",
+             "| method | " + " | ".join(exps) + " | published cells |", "|---|" + "---|" * (len(exps) + 1)]
+    for method in spec["methods"]:
+        cells = [method]
+        for x in exps:
+            r = df[(df.method == method) & (df.experiment == x) & (df.metric == key) & (df["at"] == last[x])]
+            if r.empty:
+                cells.append("")
+                continue
+            r = r.iloc[0]
+            ours = (f"{r.ours_mean:.{digits}f}" if not math.isnan(r.ours_mean) else "—") if r.status == "ok" \
+                else _status_cell(r.status).split(" (")[0]
+            pub = f"{r.published_mean:.{digits}f}" if not math.isnan(r.published_mean) else ""
+            mark = {"within": " " + MARK["within"], "outside": " " + MARK["outside"]}.get(r._verdict or "", "")
+            cells.append(ours + (f" / {pub}{mark}" if pub else ""))
+        mine = df[(df.method == method) & df._verdict.notna()]
+        counts = mine._verdict.value_counts()
+        cells.append(", ".join(f"{counts[v]} {MARK.get(v, v)}" for v in (*RAN, *counts.index.difference(RAN, sort=False))
+                               if v in counts) if len(mine) else "none")
+        lines.append("| " + " | ".join(cells) + " |")
+    total = df[df._verdict.notna()]._verdict.value_counts()
+    if len(total):
+        lines += ["", f"Whole table: {int(total.sum())} published cells: " + ", ".join(
+            f"{int(total[v])} {v}" for v in VERDICT_ORDER if v in total) + "."]
+    return lines + [""]
+
+
 def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     spec = p["tables"][name]
     lines = _header(p, spec, name)
+    at = 4 if p["scale"] == "rehearsal" else 2   # after the title (and a rehearsal's warning)
+    lines[at:at] = render_grid(df, p, name)
     theirs = df[df.authors_code_source != ""][["experiment", "method", "authors_code_source"]].drop_duplicates()
     if not theirs.empty:
         lines += ["\"Authors' code\": the same cell measured with the authors' released code, run outside this "
                   "repository on its own draws of the data (src/fedbayes/papers/authors_code.yaml):"]
-        lines += [f"{r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
+        # a list item each: consecutive plain lines would render as one paragraph
+        lines += [""] + [f"- {r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
     lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)
     lines += _not_run_notes(df)
     figures = table_figures(name, spec)
     if figures and not any(experiment_status(p, x) == "ok" for x in comparable_experiments(spec)):
         lines += ["", "**Figures:** no experiment of this table ran here, so there are no learning curves: "
                   + "; ".join(f"`{f}` shows " + ("the published values alone" if f.endswith("_curves.png") else
-                                                  "the published ECE alone (the paper prints no reliability bins)")
+                                                  "the published ECE against the published accuracy (the paper prints no reliability bins)")
                               for f in figures) + "."]
     notes = spec.get("notes")
     if notes and Path(notes).exists():

@@ -137,6 +137,7 @@ RULE_CODE = {
     "headline": (["fedbayes.reports.headline"], []),
     "rehearsal_summary": (["fedbayes.reports.rehearsal"], []),
     "partition": (["fedbayes.engine.partitions"], []),
+    "report_page": (["fedbayes.report_pages"], []),
 }
 # Modules a command calls to read its arguments and guard its outputs, not to compute them: their edit
 # reruns no job (the evaluate job of a committed run, which keeps no predictions, could not rerun).

@@ -108,10 +108,17 @@ def figure3a(path: str | Path, data: SoftmaxData, runs: dict[str, DiagRun]) -> N
                 label=name + (f" (diverged in round {run.diverged})" if run.diverged else ""))
         finite.append(run.objective[np.isfinite(run.objective)])
     vals = np.concatenate(finite)
-    lo = vals.min()
-    ax.set_ylim(lo - 0.05 * abs(lo), min(vals.max(), lo + 4.0 * abs(lo)))
+    # every finite value inside the axes: PVI's undamped oscillation reaches several times the others'
+    # objective, so a positive objective is drawn on a log axis (a linear one either clips PVI or flattens the rest)
+    lo, hi = vals.min(), vals.max()
+    if lo > 0:
+        ax.set_yscale("log")
+        ax.set_ylim(lo / 1.08, hi * 1.08)
+    else:
+        pad = 0.05 * (hi - lo or abs(lo) or 1.0)
+        ax.set_ylim(lo - pad, hi + pad)
     ax.set_xlabel("communication round")
-    ax.set_ylabel("variational objective (MC)")
+    ax.set_ylabel("variational objective (MC)" + (", log scale" if lo > 0 else ""))
     ax.set_title(f"Softmax regression, K = {data.x.shape[0]}, N = {int(data.sizes.sum())}, diagonal q",
                  fontsize=9)
     ax.grid(alpha=0.3)
