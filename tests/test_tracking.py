@@ -542,7 +542,8 @@ def _variant(run, factor=0.5):
 def test_a_run_carries_the_published_value_and_verdict_of_the_cells_it_backs(tmp_path, store, finished_run):
     """MLflow had no published value and no verdict: a run (the method's, a variant's) is tagged with the
     published value, the verdict (the one vocabulary, reports.verdicts) and the cell of each table cell it
-    is averaged into, read from the table's CSV; a run no table cell reads has none."""
+    is averaged into, read from the table's CSV, per metric and round (and, without the round, the last
+    round's); a run no table cell reads has none."""
     from fedbayes.reports.verdicts import VERDICTS
     from fedbayes.tracking import log_run
 
@@ -560,7 +561,8 @@ def test_a_run_carries_the_published_value_and_verdict_of_the_cells_it_backs(tmp
     own = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.tags
     assert own["published/test/acc"] == "72.3" and own["verdict/test/acc"] == "within"
     assert own["published/test/nll"] == "0.6" and own["verdict/test/nll"] == "outside"
-    assert "table1" in own["cell/test/acc"] and "round 10" in own["cell/test/acc"]
+    assert own["published/test/acc/round10"] == "72.3" and own["verdict/test/acc/round10"] == "within"
+    assert own["cell/test/acc/round10"].startswith("table1 (bayesadmm table1): published 72.3 ± 0.4, ours 71.55")
     exp = client.get_experiment_by_name("fmnist10-iid-k10").experiment_id
     (variant,) = client.search_runs([exp], "tags.method = 'fedavg@mean'")
     assert variant.data.tags["verdict/test/acc"] == "outside" and "verdict/test/nll" not in variant.data.tags
