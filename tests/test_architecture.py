@@ -63,6 +63,7 @@ LAZY_TORCH = {
     ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm.problems"),     # (scipy)
     ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm.experiments"),  # (scipy)
     ("fedbayes.reports.toys", "fedbayes.toys.bayesadmm.figures"),      # (matplotlib)
+    ("fedbayes.tracking.writer", "fedbayes.reports.figures"),  # a method's colour, where a run is written (matplotlib)
 }
 
 # Pending: import edges a change under way is restructuring, left out of the check until it lands (the

@@ -323,7 +323,7 @@ BARRIER = """
 import sys, time
 from contextlib import nullcontext
 from pathlib import Path
-import fedbayes.tracking as t
+import fedbayes.tracking.importer as t
 from mlflow.tracking import MlflowClient
 barrier, me = Path(sys.argv[1]), sys.argv[2]
 t.store_lock = lambda uri: nullcontext()   # a tracking server takes no file lock: importers run side by side
@@ -408,7 +408,7 @@ def test_import_pairs_imports_each_run_once_and_again_only_what_changed(tmp_path
     imports nothing the store holds as it is (no MLflow client is opened) and the marker is the same; a
     changed run is imported again, alone; a new selection re-imports the runs whose selected tag it
     changes, and re-tags the others."""
-    import fedbayes.tracking as tracking
+    import fedbayes.tracking.importer as importer
     from fedbayes.tracking import import_pairs, marker_problems, marker_runs
 
     p, uri, client = store
@@ -417,19 +417,19 @@ def test_import_pairs_imports_each_run_once_and_again_only_what_changed(tmp_path
     root = tmp_path / "runs" / exp / method
     for pt in (first, other):   # the finished run (seed 0) at both sweep points
         shutil.copytree(finished_run, root / pt / "seed0")
-    monkeypatch.setattr(tracking, "imported_runs", lambda p, e, m, point: [(first, 0), (other, 0)])
+    monkeypatch.setattr(importer, "imported_runs", lambda p, e, m, point: [(first, 0), (other, 0)])
     (root / "selected.json").write_text(json.dumps({"point": first, "hparams": {}}))
     marker = tmp_path / "work/mlflow/table1.runs"
     lines = []
     n = import_pairs(p, {exp: [method]}, str(tmp_path / "fig{seed}.png"), str(marker), log=lines.append)
-    assert n == {"runs": 2, "imported": 2} and lines == [f"{exp}/{method}: 2 of 2 runs imported"]
+    assert (n["runs"], n["imported"]) == (2, 2) and lines == [f"{exp}/{method}: 2 of 2 runs imported"]
     text = marker.read_text()
     assert len(text.splitlines()) == 3 and marker_problems(marker, uri) == []
     assert marker_runs(marker, p["scale"], exp, method) == 2 and marker_runs(marker, p["scale"], exp, "fedprox") == 0
 
     opened = []
-    real = tracking._session
-    monkeypatch.setattr(tracking, "_session", lambda *a: opened.append(a) or real(*a))
+    real = importer.open_experiment
+    monkeypatch.setattr(importer, "open_experiment", lambda *a: opened.append(a) or real(*a))
     assert import_pairs(p, {exp: [method]}, "", str(marker), log=lines.append)["imported"] == 0
     assert not opened and marker.read_text() == text
     # one run's files changed: that run alone is imported again
@@ -519,3 +519,242 @@ def test_track_refuses_a_folder_under_the_runs_that_is_not_the_runs_own(finished
     code, err = _track_in_process(repo, tmp_path, monkeypatch, capsys, elsewhere)
     assert code == 2 and err.count("\n") == 1 and "is not the run directory of" in err, err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+# --- what a run tells a reader of the papers: published value, verdict, its own metrics only ---------------
+
+TABLE_HEAD = ("experiment,method,point,round,metric,statistic,ours_mean,ours_std,n_seeds,published_mean,published_std,"
+              "published_source,diff,tolerance,within_tol,scale,status,note\n")
+
+
+def _variant(run, factor=0.5):
+    """A fabricated prediction variant "mean" of the finished run (its metrics ``factor`` × the method's)."""
+    hist = pd.read_csv(run / "history.csv")
+    for c in [c for c in hist.columns if c.startswith(("test/", "ood/"))]:
+        hist[f"mean/{c}"] = hist[c] * factor
+    hist.to_csv(run / "history.csv", index=False)
+    m = json.loads((run / "metrics.json").read_text())
+    m["variants"] = {"mean": {"final": {k: v * factor for k, v in m["final"].items()},
+                              "rounds": {r: {k: v * factor for k, v in t.items()} for r, t in m["rounds"].items()}}}
+    (run / "metrics.json").write_text(json.dumps(m))
+
+
+def test_a_run_carries_the_published_value_and_verdict_of_the_cells_it_backs(tmp_path, store, finished_run):
+    """MLflow had no published value and no verdict: a run (the method's, a variant's) is tagged with the
+    published value, the verdict (the one vocabulary, reports.verdicts) and the cell of each table cell it
+    is averaged into, read from the table's CSV, per metric and round (and, without the round, the last
+    round's); a run no table cell reads has none."""
+    from fedbayes.reports.verdicts import VERDICTS
+    from fedbayes.tracking import log_run
+
+    p, _, client = store
+    _variant(finished_run)
+    p["paths"]["reports"] = str(tmp_path / "reports")
+    p["tables"] = {"table1": p["tables"]["table1"]}
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "table1.csv").write_text(TABLE_HEAD + "\n".join([
+        "fmnist10-iid-k10,fedavg,local_epochs=5,10,test/acc,mean_last3,71.55,0.21,3,72.3,0.4,bayesadmm table1,-0.75,1.5,True,paper,ok,",
+        "fmnist10-iid-k10,fedavg,local_epochs=5,10,test/nll,mean_last3,0.71,0.01,3,0.6,0,bayesadmm table1,0.11,0.05,False,paper,ok,",
+        "fmnist10-iid-k10,fedavg@mean,local_epochs=5,10,test/acc,mean_last3,70.1,0.2,3,72.3,0.4,bayesadmm table1,-2.2,1.5,False,paper,ok,",
+        "fmnist10-iid-k10,fedprox,local_epochs=5,10,test/acc,mean_last3,70.1,0.2,3,99,0.4,bayesadmm table1,-2.2,1.5,False,paper,ok,",
+    ]) + "\n")
+    own = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.tags
+    assert own["published/test/acc"] == "72.3" and own["verdict/test/acc"] == "within"
+    assert own["published/test/nll"] == "0.6" and own["verdict/test/nll"] == "outside"
+    assert own["published/test/acc/round10"] == "72.3" and own["verdict/test/acc/round10"] == "within"
+    assert own["cell/test/acc/round10"].startswith("table1 (bayesadmm table1): published 72.3 ± 0.4, ours 71.55")
+    exp = client.get_experiment_by_name("fmnist10-iid-k10").experiment_id
+    (variant,) = client.search_runs([exp], "tags.method = 'fedavg@mean'")
+    assert variant.data.tags["verdict/test/acc"] == "outside" and "verdict/test/nll" not in variant.data.tags
+    words = [v for t in (own, variant.data.tags) for k, v in t.items() if k.startswith("verdict/")]
+    assert words and set(words) <= set(VERDICTS)
+    other = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=1", 0, finished_run)).data.tags
+    assert not [k for k in other if k.startswith(("published/", "verdict/"))]
+
+
+def test_a_variants_metrics_are_on_the_variants_run_only(store, finished_run):
+    """``mean/test/acc`` was logged on the method's own run beside a ``fedavg@mean`` run holding it: the
+    method's run now holds its own prediction's metrics and training's columns, the variant's run the
+    variant's."""
+    from fedbayes.tracking import log_run
+
+    p, _, client = store
+    _variant(finished_run)
+    own = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.metrics
+    assert "test/acc" in own and "train/loss" in own
+    assert not [k for k in own if k.startswith(("mean/", "final/mean/"))], sorted(own)
+
+
+def test_accuracy_in_percent_has_no_float_noise(store, finished_run):
+    """0.7616 × 100 is 76.16000000000001 in binary floating point: the value shown is the stored one in %."""
+    from fedbayes.tracking import log_run
+
+    p, _, client = store
+    hist = pd.read_csv(finished_run / "history.csv")
+    m = json.loads((finished_run / "metrics.json").read_text())
+    last = str(int(hist["round"].iloc[-1]))
+    for r in m["rounds"]:
+        m["rounds"][r]["test/acc"] = 0.7616
+    m["final"]["test/acc"] = 0.7616
+    (finished_run / "metrics.json").write_text(json.dumps(m))
+    assert 0.7616 * 100 != 76.16   # the noise this guards against
+    rid = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
+    assert client.get_run(rid).data.metrics["test/acc"] == 76.16
+    assert {h.value for h in client.get_metric_history(rid, "test/acc")} == {76.16}, last
+
+
+def test_paths_are_tagged_only_where_every_clone_has_the_file(tmp_path, store, finished_run):
+    """Tag ``predictions`` named a git-ignored predictions.npz a clone does not have: inside a git work tree
+    it is tagged only where git tracks it."""
+    from fedbayes.tracking import log_run
+
+    p, _, client = store
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert (finished_run / "predictions.npz").exists()
+    tags = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.tags
+    assert "predictions" not in tags and tags["run_dir"] == "run"
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-f", "run/predictions.npz"], check=True)
+    tags = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.tags
+    assert tags["predictions"] == "run/predictions.npz"
+
+
+def test_hardware_is_the_machine_class_and_methods_have_their_own_colours(store, finished_run):
+    """Tag hardware said "x86_64" (the CPU architecture): it is the machine class that computed the bits
+    (fedbayes.machine); each method's runs carry its figures' colour (mlflow.runColor), so a comparison of
+    FedAvg and BayesADMM does not draw both in one colour."""
+    from fedbayes.study import METHOD_SPECS
+    from fedbayes.machine import class_id, class_slug, machine_class
+    from fedbayes.tracking import log_run
+    from fedbayes.tracking.writer import run_colour
+
+    p, _, client = store
+    cls = machine_class("cpu")
+    _edit_json(finished_run / "run.json", machine=cls, device_name="x86_64")
+    tags = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.tags
+    assert tags["hardware"] == class_id(cls) and tags["machine_class"] == class_slug(cls)
+    assert "x86_64" not in tags.get("device_name", "")
+    assert tags["mlflow.runColor"] == run_colour("fedavg")
+    colours = {m: run_colour(m) for m in METHOD_SPECS}
+    assert len(set(colours.values())) == len(colours), colours
+    _edit_json(finished_run / "run.json", machine=None)
+    tags = client.get_run(log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)).data.tags
+    assert "not recorded" in tags["hardware"] and "x86_64" not in tags["hardware"]
+
+
+# --- one store shared by several clones and importers ------------------------------------------------------
+
+def test_two_importers_racing_into_an_empty_store_share_the_experiment(store, finished_run, monkeypatch):
+    """Two importers into an empty tracking server: both find no experiment, one creates it, and the
+    other's create ended in a RESOURCE_ALREADY_EXISTS traceback. Here the other importer's create happens
+    between this one's look-up and its create: the experiment it made is used."""
+    from mlflow.tracking import MlflowClient
+
+    from fedbayes.tracking import log_run
+
+    p, uri, client = store
+    real = MlflowClient.get_experiment_by_name
+    raced = []
+
+    def lookup(self, name):
+        if not raced:   # the first look-up misses; meanwhile the other importer creates the experiment
+            raced.append(real(self, name) or self.create_experiment(name))
+            return None
+        return real(self, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lookup)
+    rid = log_run(p, "fmnist10-iid-k10", "fedavg", "local_epochs=5", 0, finished_run)
+    assert client.get_run(rid).info.experiment_id == raced[0]
+
+
+def _clone(root: Path, run: Path, exp, method, point, finished: str, slower: float) -> Path:
+    """A clone's own training of one run: the same numbers, its own wall-clock times and finish time."""
+    d = root / "results" / "runs" / exp / method / point / "seed0"
+    shutil.copytree(run, d)
+    (d.parent.parent / "selected.json").write_text(json.dumps({"point": point, "hparams": {}}))
+    hist = pd.read_csv(d / "history.csv")
+    hist["time_s"] = hist["time_s"] * slower
+    hist.to_csv(d / "history.csv", index=False)
+    _edit_json(d / "run.json", started="2026-01-01T00:00:00+00:00", finished=finished)
+    return root
+
+
+def test_two_clones_sharing_a_store_do_not_replace_each_others_runs_forever(tmp_path, store, finished_run,
+                                                                             monkeypatch):
+    """Two clones, each with its own training of a run (other times, so other content), import into one
+    store: each deleted the other's import and re-imported its own on every `make mlflow`, for ever. The
+    store keeps the newer training; the clone with the older one leaves it, and neither imports again."""
+    import fedbayes.tracking.importer as importer
+    from fedbayes.tracking import import_pairs, marker_problems
+
+    p, uri, client = store
+    exp, method, point = "fmnist10-iid-k10", "fedavg", "local_epochs=5"
+    monkeypatch.setattr(importer, "imported_runs", lambda p, e, m, pt: [(point, 0)])
+    a = _clone(tmp_path / "a", finished_run, exp, method, point, "2026-01-02T00:00:00+00:00", 1.5)
+    b = _clone(tmp_path / "b", finished_run, exp, method, point, "2026-01-03T00:00:00+00:00", 2.0)
+
+    def make_mlflow(clone):
+        monkeypatch.chdir(clone)
+        q = json.loads(json.dumps(p))
+        q["paths"]["runs"] = str(clone / "results" / "runs")
+        n = import_pairs(q, {exp: [method]}, "", str(clone / "work" / "table1.runs"), log=lambda line: None)
+        return n["imported"], marker_problems(clone / "work" / "table1.runs", uri)
+
+    assert make_mlflow(a) == (1, [])
+    assert make_mlflow(b) == (1, [])     # the newer training replaces the older
+    assert make_mlflow(a) == (0, [])     # and stays: clone a's import stands for it
+    assert make_mlflow(b) == (0, [])
+    assert make_mlflow(a) == (0, [])
+    e = client.get_experiment_by_name(exp).experiment_id
+    from mlflow.entities import ViewType
+
+    every = client.search_runs([e], f"tags.run_key = '{KEY}'", run_view_type=ViewType.ALL)
+    active = [r for r in every if r.info.lifecycle_stage == "active"]
+    assert len(active) == 1 and active[0].data.tags["trained"].startswith("2026-01-03")
+    assert len(every) == 2   # one replacement (b's of a's), no back and forth
+
+
+def test_make_mlflow_says_already_imported_when_nothing_was_to_do(tmp_path, store, finished_run, monkeypatch, capsys,
+                                                                   repo):
+    """The import job's line said "0 of 83 runs imported" when they were all in the store already."""
+    import fedbayes.tracking.importer as importer
+    from fedbayes import cli
+
+    exp, method, point = "fmnist10-iid-k10", "fedavg", "local_epochs=5"
+    monkeypatch.setattr(importer, "imported_runs", lambda p, e, m, pt: [(point, 0)])
+    _clone(tmp_path, finished_run, exp, method, point, "2026-01-02T00:00:00+00:00", 1.0)
+    args = ["track", "--params", str(repo / "params.yaml"), "--name", "table1", "--pairs", json.dumps({exp: [method]}),
+            "--figure", "fig{seed}.png", "--marker", str(tmp_path / "work" / "table1.runs")]
+    for _ in range(2):
+        cli.main(args)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[1].startswith("MLflow: 1 of 1 runs of table1 imported into "), out
+    assert out[-1].startswith("MLflow: all 1 runs of table1 already imported into "), out
+    assert "0 of" not in out[-1]
+
+
+def test_a_changed_verdict_reimports_the_runs_of_its_cell(tmp_path, store, finished_run, monkeypatch):
+    """The store holds a run as it was imported; when a table's cell it backs changes verdict (the table
+    was rebuilt), the workflow's import writes that run again with the new tags, and only then."""
+    import fedbayes.tracking.importer as importer
+    from fedbayes.tracking import import_pairs
+
+    p, uri, client = store
+    exp, method, point = "fmnist10-iid-k10", "fedavg", "local_epochs=5"
+    monkeypatch.setattr(importer, "imported_runs", lambda p, e, m, pt: [(point, 0)])
+    _clone(tmp_path, finished_run, exp, method, point, "2026-01-02T00:00:00+00:00", 1.0)
+    p["paths"] |= {"runs": str(tmp_path / "results" / "runs"), "reports": str(tmp_path / "reports")}
+    p["tables"] = {"table1": p["tables"]["table1"]}
+    (tmp_path / "reports").mkdir()
+    csv = tmp_path / "reports" / "table1.csv"
+    row = "fmnist10-iid-k10,fedavg,local_epochs=5,10,test/acc,mean_last3,71.55,0.21,3,72.3,0.4,bayesadmm table1,-0.75,1.5,{},paper,ok,\n"
+    csv.write_text(TABLE_HEAD + row.format("True"))
+
+    def imported():
+        return import_pairs(p, {exp: [method]}, "", str(tmp_path / "m.runs"), log=None)["imported"]
+
+    assert (imported(), imported()) == (1, 0)
+    csv.write_text(TABLE_HEAD + row.format("False"))
+    assert (imported(), imported()) == (1, 0)
+    e = client.get_experiment_by_name(exp).experiment_id
+    (run,) = client.search_runs([e], f"tags.run_key = '{KEY}'")
+    assert run.data.tags["verdict/test/acc"] == "outside"

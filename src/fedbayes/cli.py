@@ -32,7 +32,7 @@ from fedbayes.reports.rehearsal import build_summary
 from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir, selected_file
-from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
+from fedbayes.tracking import RunRef, TrackingUnavailable, import_pairs, import_runs, summary, tracking_uri
 
 
 def _params(args):
@@ -409,23 +409,38 @@ def sweep_report_files(p: dict, experiment: str) -> list[Path]:
 
 
 def cmd_track(args) -> None:
-    """Import runs into MLflow: one (``--point/--seed/--run-dir``) or every ``--run`` of one (experiment,
-    method) in one process, so MLflow's import (seconds) is paid once per method, not once per run."""
+    """Import runs into MLflow (tracking.import_runs): the runs given (``--point/--seed/--run-dir``, or every
+    ``--run`` of one (experiment, method), in one process so MLflow's import is paid once), written anew;
+    or every run of a table's pairs (``--pairs``, the workflow's import job), those the store holds as they
+    are left alone, closing with one summary line."""
+    import time
+
     p = _params(args)
-    runs = args.run or [(args.point, args.seed, args.run_dir, args.partition_figure)]
-    if any(r[1] is None or r[2] is None for r in runs):
-        raise SystemExit("fedbayes track: give --seed and --run-dir, or --run POINT SEED RUN_DIR FIGURE")
-    imported = []
-    for point, seed, folder, figure in runs:
-        try:
-            run_id = log_run(p, args.experiment, args.method, point, int(seed), folder,
-                             partition_figure=figure or None, selected=args.selected, record=imported)
-        except TrackingUnavailable as e:  # one line naming the URI or the store file (tracking.check_reachable, check_store)
-            print(f"fedbayes track: error: {e}", file=sys.stderr)
-            sys.exit(2)
-        print(f"MLflow run {run_id} ({args.experiment}/{args.method}/{point}/seed{seed})", flush=True)
-    if args.marker:   # the store, and what it must hold (tracking.marker_problems checks it before trusting it)
-        write_marker(args.marker, tracking_uri(p), imported)
+    t0 = time.monotonic()
+    try:
+        if args.pairs:
+            if not (args.name and args.figure and args.marker):
+                raise SystemExit("fedbayes track: --pairs needs --name, --figure and --marker")
+            try:
+                pairs = json.loads(args.pairs)
+            except ValueError:
+                raise SystemExit(f"fedbayes track: --pairs is not JSON: {args.pairs[:80]!r}") from None
+            n = import_pairs(p, pairs, args.figure, args.marker, log=lambda line: print(line, flush=True))
+            print(summary(args.name, n, tracking_uri(p), time.monotonic() - t0), flush=True)
+            return
+        if not (args.experiment and args.method):
+            raise SystemExit("fedbayes track: give --experiment and --method (or --pairs)")
+        runs = args.run or [(args.point, args.seed, args.run_dir, args.partition_figure)]
+        if any(r[1] is None or r[2] is None for r in runs):
+            raise SystemExit("fedbayes track: give --seed and --run-dir, or --run POINT SEED RUN_DIR FIGURE")
+        refs = [RunRef(args.experiment, args.method, point, int(seed), Path(folder), figure or None, args.selected)
+                for point, seed, folder, figure in runs]
+        n = import_runs(p, refs, args.marker, again=True, log=None)
+    except TrackingUnavailable as e:  # one line naming the URI or the store file (tracking.store)
+        print(f"fedbayes track: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    for r, run_id in zip(refs, n["ids"]):
+        print(f"MLflow run {run_id} ({r.experiment}/{r.method}/{r.point}/seed{r.seed})", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -535,8 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_toy)
 
     sp = with_params(sub.add_parser("select", help="pick a method's sweep point by params.yaml `selection`"))
-    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
-    sp.add_argument("--method", required=True, help="a method of that experiment")
+    sp.add_argument("--experiment", help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--method", help="a method of that experiment")
     sp.add_argument("--out", help="the selection JSON (default: results/runs/<experiment>/<method>/selected.json)")
     sp.set_defaults(fn=cmd_select)
 
@@ -547,8 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_sweep_report)
 
     sp = with_params(sub.add_parser("track", help="import runs into MLflow (idempotent)"))
-    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
-    sp.add_argument("--method", required=True, help="a method of that experiment")
+    sp.add_argument("--experiment", help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--method", help="a method of that experiment")
     sp.add_argument("--point", default="default", help="the run's sweep point (default: %(default)s)")
     sp.add_argument("--seed", type=int, help="the run's seed (with --run-dir)")
     sp.add_argument("--selected", help="the (experiment, method) selection JSON; tags the run selected=true/false")
@@ -558,6 +573,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a run of this (experiment, method) to import (repeatable; FIGURE may be '')")
     sp.add_argument("--marker", help="write the store and a line per imported MLflow run (id, point, seed, content hash) to this file "
                     "(the workflow's record of the import)")
+    sp.add_argument("--pairs", help='instead: every run of these (experiment, method) pairs, JSON {"experiment": '
+                    '[methods]} (a table\'s; runs the store holds as they are are not written again)')
+    sp.add_argument("--name", help="with --pairs: what the pairs are (a table's name), for the summary line")
+    sp.add_argument("--figure", help="with --pairs: a run's partition figure, a path with {experiment} and {seed}")
     sp.set_defaults(fn=cmd_track)
     return ap
 

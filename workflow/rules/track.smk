@@ -3,7 +3,7 @@
 # mlflow_fedlap_table1) imports that table's runs and no other's; `snakemake --cores all mlflow` every
 # table's (also part of the default target). One job per table imports every run of its (experiment,
 # method) pairs (each sweep point on the selection's seeds, the selected point on every seed) in one
-# process (python -m fedbayes.tracking): MLflow's import costs seconds, so a process per pair made the
+# process (fedbayes track --pairs): MLflow's import costs seconds, so a process per pair made the
 # imports most of a small DAG's time. A run the store already holds with the same content and selected
 # tag is not imported again, so a pair two tables share costs the second a look-up. Jobs are serialised
 # on the SQLite store by the `mlflow_db` resource (the default profile sets --resources mlflow_db=1) and
@@ -79,7 +79,7 @@ for _group, _pairs in IMPORTS.items():
         log:
             f"{WORK}/logs/mlflow/{_group}.log",
         shell:
-            f"{shlex.quote(sys.executable)} -m fedbayes.tracking --params {shlex.quote(str(EFFECTIVE))}"
+            f"{shlex.quote(sys.executable)} -m fedbayes.cli track --params {shlex.quote(str(EFFECTIVE))}"
             " --name {params.name:q} --pairs {params.pairs:q} --figure {params.figure:q}"
             " --marker {output:q} > {log:q} 2>&1 && tail -n 1 {log:q}"  # a line a pair in the log, its sum here
 
