@@ -33,6 +33,7 @@ from fedbayes.reports.rehearsal import build_summary
 from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir, selected_file
+from fedbayes.methods.template import new_method
 from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
 
 
@@ -78,6 +79,12 @@ def cmd_methods(args) -> None:
     for f in dataclasses.fields(spec.params):
         default = "(required)" if f.default is REQUIRED else repr(f.default)
         print(f"  {f.name:18s} {default:12s} {f.metadata['doc']}" + ("  [sweepable]" if f.metadata["sweep"] else ""))
+
+
+def cmd_new_method(args) -> None:
+    root = new_method(args.name, args.out)
+    print(f"{root}: the method {args.name!r} as a package (its spec, math, a test); install it with "
+          f"`pip install -e {root}`, then `fedbayes methods {args.name}` (docs/adding-a-method.md)")
 
 
 def cmd_data(args) -> None:
@@ -470,6 +477,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("methods", help="the known methods; with a key, its hyperparameters and code defaults")
     sp.add_argument("method", nargs="?", help="a method key (fedavg, bayesadmm@mean, ...); without one, list them all")
     sp.set_defaults(fn=cmd_methods)
+
+    sp = sub.add_parser("new-method", help="write a working method package to start from (out of tree: its spec, "
+                                           "math, a test and pyproject.toml; pip install -e it)")
+    sp.add_argument("name", help="the method's key in params.yaml (a lowercase identifier, e.g. fedswag)")
+    sp.add_argument("--out", help="the package's folder (default: ./fedbayes-NAME; must be new or empty)")
+    sp.set_defaults(fn=cmd_new_method)
 
     sp = sub.add_parser("data", help="fetch and verify datasets into data/raw/<name>/")
     sp.add_argument("names", nargs="+", help="dataset names (fmnist, mnist, cifar10, ...)")

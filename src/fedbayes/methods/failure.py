@@ -13,6 +13,8 @@ import importlib.util
 import traceback
 from pathlib import Path
 
+from fedbayes.methods.spec import method_specs, plugin_origin
+
 
 class MethodFailed(Exception):
     """``method``'s code raised ``error`` at ``where`` (``file:line in function``)."""
@@ -39,8 +41,6 @@ def _module_dir(module: str) -> Path | None:
 def method_code_dirs(method: str) -> list[Path]:
     """The directories whose files are ``method``'s own code (see the module's docstring); [] when no
     installed method is called so."""
-    from fedbayes.methods.spec import method_specs, plugin_origin
-
     spec = method_specs().get(method)
     if spec is None:
         return []
