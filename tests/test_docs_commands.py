@@ -191,8 +191,8 @@ def plans() -> dict[str, list[str]]:
 
 
 # targets the docs show that exist only with the docs' own params.yaml lines (docs/adding-a-method.md's
-# example table of an outside method)
-EXAMPLE_ONLY = ("reports/smoke/example.csv", "reports/example.csv", "mlflow_example")
+# example tables of outside methods)
+EXAMPLE_ONLY = ("reports/smoke/example.csv", "reports/example.csv", "mlflow_example", "reports/smoke/swag.csv")
 
 
 @pytest.mark.full
