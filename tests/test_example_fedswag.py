@@ -133,4 +133,14 @@ def test_fedswag_table_beside_fedavg_and_a_stand_in_cnn_experiment(tmp_path, rep
     trains = planned_trains(plan)
     assert trains and all("/fedswag/" in t for t in trains), plan[-3000:]
     had = {str(d.relative_to(work)) for d in (work / "results/runs/smoke").glob("fmnist10-iid-k10/fedswag/*/seed*")}
-    assert set(trains) == had, (trains, had)
+    # every sweep point's selection seed; the selected point's other seeds follow its new selection
+    assert {d for d in had if d.endswith("/seed0")} <= set(trains) <= had, (trains, had)
+
+    # a shared smoke value only FedSWAG-diag reads (of the two): its runs again, FedAvg's not
+    p["methods"]["fedswag"]["swag_epochs"] = 1
+    p["smoke"]["hparams"]["pred_samples"] = 6
+    (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    plan = sh("snakemake -n reports/smoke/swag.csv", work, PYTHONPATH=pp)
+    assert "changed since this run: hparams.pred_samples 4 -> 6" in plan, plan[-3000:]
+    trains = planned_trains(plan)
+    assert trains and all("/fedswag/" in t for t in trains), plan[-3000:]
