@@ -23,6 +23,7 @@ from fedbayes.engine.partitions import check_partition_target, data_root, ensure
 from fedbayes.engine.replay import numerics_check, record_replay, unrecordable
 from fedbayes.fileio import LockHeld, LockRefused, try_exclusive_lock, write_text_atomic
 from fedbayes.frontdoor import check_device, environment_problems
+from fedbayes.methods.failure import MethodFailed, format_traceback, method_failure
 from fedbayes.methods.spec import REQUIRED, plugin_origin
 from fedbayes.ownership import check_outputs
 from fedbayes.partition import PartitionIntegrityError
@@ -32,6 +33,7 @@ from fedbayes.reports.rehearsal import build_summary
 from fedbayes.reports.toys import TOYS
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir, selected_file
+from fedbayes.methods.template import new_method
 from fedbayes.tracking import RunRef, TrackingUnavailable, import_pairs, import_runs, summary, tracking_uri
 
 
@@ -77,6 +79,12 @@ def cmd_methods(args) -> None:
     for f in dataclasses.fields(spec.params):
         default = "(required)" if f.default is REQUIRED else repr(f.default)
         print(f"  {f.name:18s} {default:12s} {f.metadata['doc']}" + ("  [sweepable]" if f.metadata["sweep"] else ""))
+
+
+def cmd_new_method(args) -> None:
+    root = new_method(args.name, args.out)
+    print(f"{root}: the method {args.name!r} as a package (its spec, math, a test); install it with "
+          f"`pip install -e {root}`, then `fedbayes methods {args.name}` (docs/adding-a-method.md)")
 
 
 def cmd_data(args) -> None:
@@ -180,8 +188,22 @@ def cmd_train(args) -> None:
     except LockHeld as e:
         raise ConfigError(f"{args.out} is being trained by another process (pid {e.holder or '?'} holds {e.path}); "
                           "two trainers on one run would write the same files: let it finish or stop it") from None
+    log = traceback_file(p, args)
     with lock:
-        _train(p, args, cfg)
+        try:
+            _train(p, args, cfg)
+        except MethodFailed as e:   # one line here; the traceback in the log file only
+            write_text_atomic(log, format_traceback(e.__cause__ or e))
+            e.log = log
+            raise
+    log.unlink(missing_ok=True)   # a failed attempt's traceback, owned (and now answered) by this run
+
+
+def traceback_file(p: dict, args) -> Path:
+    """Where ``fedbayes train`` writes the traceback of an exception raised in its method's code: beside the
+    workflow's log of the job (``<work>/logs/train/<experiment>/<method>/<point>/seed<k>.log``)."""
+    return Path(paths(p)["work"], "logs", "train", args.experiment, args.method, args.point,
+                f"seed{args.seed}.traceback")
 
 
 def train_lock(out: str | Path) -> Path:
@@ -310,7 +332,16 @@ def cmd_numerics_check(args) -> None:
         hp = hparams if i == 0 else None
         if args.due_only and not check_due(m, record, hp):
             continue
-        problem = numerics_check(m, args.goldens, record, hp)
+        try:
+            problem = numerics_check(m, args.goldens, record, hp)
+        except Exception as e:   # an exception in the method's own code: one line naming it, file and line
+            failed = method_failure(m, e, during="replaying its numerics golden")
+            if failed is None:
+                raise
+            log = Path(args.work) / "logs" / "numerics" / f"{m}.traceback"
+            write_text_atomic(log, format_traceback(e))
+            print(f"fedbayes numerics-check: {failed}; traceback in {log}", file=sys.stderr)
+            sys.exit(1)
         if problem:
             print(f"fedbayes numerics-check: {problem}", file=sys.stderr)
             sys.exit(1)
@@ -462,6 +493,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("method", nargs="?", help="a method key (fedavg, bayesadmm@mean, ...); without one, list them all")
     sp.set_defaults(fn=cmd_methods)
 
+    sp = sub.add_parser("new-method", help="write a working method package to start from (out of tree: its spec, "
+                                           "math, a test and pyproject.toml; pip install -e it)")
+    sp.add_argument("name", help="the method's key in params.yaml (a lowercase identifier, e.g. fedswag)")
+    sp.add_argument("--out", help="the package's folder (default: ./fedbayes-NAME; must be new or empty)")
+    sp.set_defaults(fn=cmd_new_method)
+
     sp = sub.add_parser("data", help="fetch and verify datasets into data/raw/<name>/")
     sp.add_argument("names", nargs="+", help="dataset names (fmnist, mnist, cifar10, ...)")
     sp.add_argument("--root", help="where to put them (default data/raw; with --stand-in data/raw-stand-in/SIZE)")
@@ -611,6 +648,10 @@ def main(argv=None) -> None:
             FileNotFoundError, LockRefused) as e:
         print(f"fedbayes {args.cmd}: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except MethodFailed as e:   # an exception in a method's code: the method, its file and line
+        log = getattr(e, "log", None)
+        print(f"fedbayes {args.cmd}: error: {e}" + (f"; traceback in {log}" if log else ""), file=sys.stderr)
+        sys.exit(1)
     except OSError as e:  # a full disk, a read-only or forbidden place, a file that cannot be one: one line
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM) and e.filename is None:
             raise

@@ -40,6 +40,7 @@ from fedbayes.methods import build_method, method_specs
 from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.base import RunContext
 from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
+from fedbayes.methods.failure import method_failure
 from fedbayes.methods.spec import REQUIRED, EngineOptions
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
@@ -235,9 +236,36 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     simulate a kill); the checkpoint is left behind exactly as a killed run would leave it.
     ``batch_clients`` (params.yaml ``batch_clients``; None = on a GPU only): a round's clients train
     together where the method can (``Method.client_updates``), the same numbers up to float round-off.
+    An exception raised inside the method's own code (``methods.failure``) becomes a ``MethodFailed``
+    naming the method, its file and line, and the run's partial files (checkpoint, kept predictions) are
+    removed: the same code would fail the same way on resuming, and other code restarts from round 0
+    anyway. Any other exception (disk full, out of memory, a kill) leaves the checkpoint to resume from.
     """
-    keep_freed_memory()
     out = Path(out_dir)
+    try:
+        return _run_federated(cfg, data, out, device, log, stop_after, batch_clients)
+    except Exception as e:
+        failed = method_failure(cfg["method"], e)
+        if failed is None:
+            raise
+        discard_partial(out)
+        raise failed from e
+
+
+def discard_partial(out: Path) -> None:
+    """Remove what an unfinished training leaves in its run directory (the checkpoint, the kept rounds'
+    predictions), and the directory itself if nothing else is in it."""
+    (out / CHECKPOINT).unlink(missing_ok=True)
+    shutil.rmtree(out / ROUNDS_DIR, ignore_errors=True)
+    try:
+        out.rmdir()   # only when empty: a finished run's files or a set-aside checkpoint stay
+    except OSError:
+        pass
+
+
+def _run_federated(cfg: dict, data: RunData, out: Path, device: torch.device, log, stop_after: int | None,
+                   batch_clients: bool | None) -> list[dict]:
+    keep_freed_memory()
     out.mkdir(parents=True, exist_ok=True)
     seed, rounds, hp = cfg["seed"], cfg["rounds"], cfg["hparams"]
     key = config_hash(cfg)

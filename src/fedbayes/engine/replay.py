@@ -34,6 +34,7 @@ from fedbayes.data.root import open_data_root
 from fedbayes.eval.registry import evaluated_column
 from fedbayes.engine.partitions import build_partition
 from fedbayes.fileio import write_text_atomic
+from fedbayes.methods.failure import raised_in_method
 from fedbayes.partition import make_partition
 from fedbayes.machine import class_id, class_slug, machine_class, same_class
 from fedbayes.engine import roundoff
@@ -477,6 +478,8 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
             try:
                 golden, v = check_golden(path, goldens, tmp)
             except (ValueError, KeyError, TypeError, OSError) as e:
+                if raised_in_method(method, e) is not None:
+                    raise   # the method's own code failed replaying it: not an unreadable golden
                 return f"{method}: its numerics golden {path} is unreadable ({type(e).__name__}: {e})"
             if v["outside"] and v["mode"] == "bits":
                 return (f"{method}'s numbers changed without a numerics version bump: {v['outside'][0]} (golden "
