@@ -211,6 +211,17 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def fit_clients(points: list[int], seconds: list[float], clients: int, round_points: float) -> dict:
+    """A client update's time as fixed + per-point cost, t = a + b·n, through two clients of different sizes;
+    a round of ``clients`` clients holding ``round_points`` points then costs clients·a + b·round_points
+    (scaling the measured time by points alone multiplies the fixed cost of tiny clients)."""
+    (n0, n1), (t0, t1) = points, seconds
+    b = max(0.0, (t1 - t0) / (n1 - n0)) if n1 != n0 else t1 / max(n1, 1)
+    a = max(0.0, t0 - b * n0)
+    return {"points": [int(n0), int(n1)], "s": [float(t0), float(t1)], "fixed_s": a, "per_point_s": b,
+            "round_client_s": clients * a + b * round_points}
+
+
 def measure_row(args, e: str, m: str) -> dict:
     """Runs in the child process: 2 rounds of (e, m) at paper-scale shapes, clients capped."""
     import numpy as np
@@ -345,12 +356,9 @@ def measure_row(args, e: str, m: str) -> dict:
     client_fit = None
     if fit:
         # t = a + b·points through the two clients of round 2: a round costs n_part·a + b·(its points)
-        (n0, n1), (t0_, t1_) = rec["client_points"][-2:], rec["client"][-2:]
-        b = max(0.0, (t1_ - t0_) / (n1 - n0)) if n1 != n0 else t1_ / max(n1, 1)
-        a = max(0.0, t0_ - b * n0)
-        fitted = n_part * a + b * pts_round
-        client_fit = {"points": [n0, n1], "s": [t0_, t1_], "fixed_s": a, "per_point_s": b,
-                      "round_client_s": fitted, "full_sizes": [int(sizes[k]) for k in chosen]}
+        client_fit = fit_clients(rec["client_points"][-2:], rec["client"][-2:], n_part, pts_round)
+        client_fit["full_sizes"] = [int(sizes[k]) for k in chosen]
+        fitted = client_fit["round_client_s"]
         k_pts = fitted / client_s if client_s > 0 else k_pts   # the fit as a factor on round 2's client time
     train_s = client_s * k_pts + other_s * k_cl
     r1_client = sum(rec["client"][:c])
@@ -542,6 +550,8 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="only rewrite the markdown from the JSON")
     ap.add_argument("--previous", metavar="JSON", help="with --report-only: record an earlier JSON's total, rows "
                     "below their floor and the core-hours of the rows re-measured since (the 'before' column)")
+    ap.add_argument("--merge", nargs="*", metavar="JSON", help="with --report-only: take the rows other JSONs (rows "
+                    "measured in parallel into copies) measured later than this one's")
     ap.add_argument("--json", default=str(HERE / "suite_cost.json"))
     ap.add_argument("--md", default=str(HERE / "suite_cost.md"))
     ap.add_argument("--stand-in-root", default=STAND_IN_ROOT)
@@ -557,6 +567,12 @@ def main() -> None:
     p = load_params(args.params, scale="paper")
     jpath = Path(args.json)
     doc = load_json(jpath) if (args.resume or args.report_only) else {"rows": {}}
+    for other in args.merge or []:
+        for k, r in json.loads(Path(other).read_text())["rows"].items():
+            mine = doc["rows"].get(k)
+            if r.get("status") == "ok" and (not mine or r.get("measured_at", "") > mine.get("measured_at", "")):
+                doc["rows"][k] = r
+        save_json(jpath, doc)
     if args.previous:
         record_previous(p, doc, json.loads(Path(args.previous).read_text()))
         save_json(jpath, doc)
@@ -792,6 +808,8 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
             how = (f"train ×{r['scale_client']:.1f} (clients' points) / ×{r['scale_other']:.0f} (server) from "
                    f"{r['clients_measured']} client{'s' if r['clients_measured'] > 1 else ''} of "
                    f"{r['points_measured']:,} points" + (" (smallest)" if r.get("settings", {}).get("pick") == "smallest" else ""))
+        if not fit and not r["measured_in_full"] and r["points_measured"] < r["clients_measured"] * (r["batch_size"] or 32):
+            how += " — **not trustworthy**: clients smaller than a batch, their fixed cost scaled by points (not re-measured)"
         if r.get("burn_in"):
             how += (f"; burn-in {r['burn_in']} of {r['rounds']} rounds at {r['burn_in_train_s_per_round']:.0f} s, "
                     f"the rest {r['post_burn_in_train_s_per_round']:.0f} s")
@@ -833,7 +851,8 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
          f"| GPU-hours, rows measured on a GPU | 0 of {len(rows)} | {len(gpu_tot)} of {len(rows)}: "
          f"{sum(gpu_tot.values()) / 3600:,.1f} h (one H100; `suite_cost_gpu.md`) |",
          "| GPU-hours, the other rows | not measured | not measured (no GPU lent; `benchmarks/gpu_suite_cost.sh` is ready) |",
-         f"| runs longer than the Slurm profile's {limit} min on one core | 43 rows | {len(over)} rows |", "",
+         f"| rows with runs longer than the Slurm profile's {limit} min on one core | "
+         f"{_num(doc.get('previous_summary', {}).get('over_limit'))} | {len(over)} |", "",
          f"* **Machines.** Rows marked *kept* were measured on 2026-11-26 on an AMD EPYC (one core a row, two rows "
          f"at a time on 2 cores). Rows marked *re-measured* ({len(re_rows)}) were measured today on fedbayes.machine class "
          f"`{class_slug(cls)}` ({cls['cpu']}, ATen {cls['aten']}), a 2-core machine shared by 8 sessions (load average "
@@ -851,10 +870,15 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
          f"{max([r['peak_rss_mib'] for r in doc['rows'].values() if r['status'] == 'ok'] or [0]):,.0f} MiB).",
          "* **Disk**: a finished run keeps history.csv, metrics.json and run.json (the 166 committed runs: "
          f"{_du(REPO / 'results/runs')} in all), and git-ignored predictions.npz (test + OOD × classes × 4 B × the "
-         "saved rounds and variants), posterior.pt and, while it runs, checkpoint.pt (the server's and every client's "
-         "state: ≥ 4 B × parameters a vector; ResNet-18: 45 MB a vector). Re-measured rows record the files their run "
-         "wrote (`disk_bytes`, with the clients and test set capped). Stand-in data at paper size: "
-         f"{_du(REPO / STAND_IN_ROOT)} here.",
+         "saved rounds and variants) and posterior.pt (the server's state), and while it runs checkpoint.pt (the "
+         "server's and every client's state, deleted at the end): ≥ 4 B × parameters a vector (ResNet-18: 45 MB, "
+         "CIFAR-10's CNN: 5 MB), times the vectors a method keeps (FedLap-Cov: 2 a client + 3). Re-measured rows "
+         "record what their run wrote (`disk_bytes`; with the clients capped, their states only)"
+         + (": the largest posterior.pt " + max(((r["disk_bytes"].get("posterior.pt", 0), k) for k, r in doc["rows"].items()
+                                                 if r.get("disk_bytes")), default=(0, "–"))[1]
+            + f" {max(r['disk_bytes'].get('posterior.pt', 0) for r in doc['rows'].values() if r.get('disk_bytes')) / 2 ** 20:,.0f} MiB"
+            if any(r.get("disk_bytes") for r in doc["rows"].values()) else "")
+         + f". Stand-in data generated here (paper size, the datasets the re-measured rows need): {_du(REPO / STAND_IN_ROOT)}.",
          f"* **Jobs per stage** (the DAG's rules; one Slurm job each): `train` {n_runs_all:,} (one a run, the "
          f"profile's `runtime: {limit}`, `gpu: {prof['train_gpu']}`), `evaluate` {n_runs_all:,} (one a run), `select` "
          f"{n_sel} (one a swept (experiment, method)), then per paper the `sweeps`/table, `scorecard` and `mlflow` "
@@ -930,6 +954,7 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
         if limit:
             L += ["", f"Runs longer than `runtime: {limit}` min on one core ({len(over)} rows; submissions a run needs): "
                   + ", ".join(f"{e}/{m} ({_dur(v)}, {math.ceil(v / (limit * 60))})" for (e, m), v in over) + "."]
+    L += committed_check(p, doc, floors)
     if doc.get("notes"):
         L += ["", "## Notes (from the sessions that measured; not part of the totals)", ""] + [f"* {n}" for n in doc["notes"]]
     errs = [r for r in doc["rows"].values() if r["status"] != "ok"]
@@ -949,13 +974,16 @@ def record_previous(p: dict, doc: dict, old: dict) -> None:
     """The earlier JSON's suite total, its rows below their floor (at the reference rates) and, for each row
     measured again since, its core-hours then and why it moved."""
     ref = reference_rates(doc)
-    total, below, moved = 0.0, 0, {}
+    limit = (_slurm_profile()["train_runtime_min"] or 0) * 60
+    total, below, over, moved = 0.0, 0, 0, {}
     for e, m in suite_rows(p):
         r = old["rows"].get(f"{e}/{m}")
         if not (r and r["status"] == "ok"):
             continue
-        tot = run_seconds(r, dag_runs(p, e, m))[0]
+        runs = dag_runs(p, e, m)
+        tot, chain = run_seconds(r, runs)
         total += tot
+        over += bool(limit) and chain / (2 if runs["swept"] and runs["selected_only"] else 1) > limit
         below += row_floor(p, r, ref)["ratio"] < 1
         new = doc["rows"].get(f"{e}/{m}")
         if new and new.get("measured_at") != r.get("measured_at"):
@@ -963,9 +991,43 @@ def record_previous(p: dict, doc: dict, old: dict) -> None:
                    else "the batched diagonal GGN replaces one VJP per (point, class)" if e.startswith("cifar") and m == "fedlap_cov"
                    else "measured again (noise)")
             moved[f"{e}/{m}"] = {"core_h": tot / 3600, "why": why, "measured_at": r.get("measured_at")}
-    doc["previous_summary"] = {"core_h": round(total / 3600), "below_floor": int(below),
+    doc["previous_summary"] = {"core_h": round(total / 3600), "below_floor": int(below), "over_limit": int(over),
                                "generated_from": "benchmarks/suite_cost.json before the floors (rows of 2026-11-26)"}
     doc["previous_rows"] = moved
+
+
+def committed_check(p: dict, doc: dict, floors: dict) -> list[str]:
+    """The rows' training s/round against the committed runs of the same (experiment, method, point): their
+    run.json wall_s (training rounds, no evaluation) over their rounds, on the machine that trained them."""
+    out = []
+    for (e, m), f in floors.items():
+        r = doc["rows"][f"{e}/{m}"]
+        walls = []
+        for q in sorted((REPO / p["paths"]["runs"] / e / m / r["point"]).glob("seed*/run.json")):
+            info = json.loads(q.read_text())
+            if info.get("wall_s") and not info.get("diverged"):
+                walls.append(float(info["wall_s"]) / int(info["config"]["rounds"]))
+        if walls:
+            est = r["train_s_per_round"] * f["k"]
+            out.append(f"| {e} | {m} | {r['point']} | {len(walls)} | {sum(walls) / len(walls):.2f} | {est:.2f} | "
+                       f"{est / (sum(walls) / len(walls)):.2f} | {'re-measured (fit)' if r.get('client_fit') else 'kept'} |")
+    if not out:
+        return []
+    q = sorted(float(line.split("|")[7]) for line in out)
+    fit = sorted(float(line.split("|")[7]) for line in out if "fit" in line.split("|")[8])
+    kept_small = sorted(float(line.split("|")[7]) for line in out if "fit" not in line.split("|")[8] and "labeldir" in line)
+    return ["", "## Checked against the committed runs", "",
+            f"Median table / committed over {len(q)} rows: {q[len(q) // 2]:.2f} (range {q[0]:.2f}–{q[-1]:.2f}); rows "
+            f"re-measured with the fit: {', '.join(f'{x:.2f}' for x in fit) or 'none'}; label-Dirichlet rows still "
+            f"scaled from 1-point clients: {', '.join(f'{x:.2f}' for x in kept_small) or 'none'}. The committed runs "
+            "ran with older code on a loaded machine (benchmarks/run_costs.py: 32.8 core-hours as run, 25.9 with the "
+            "current code), so a ratio below 1 is expected; a table whose rows sit at ~0.3–0.6 of what the runs took "
+            "plans a cluster optimistically by that factor on small models.", "",
+            "The committed runs of a row's point (real data; trained on 2026-11-2x, two runs at a time on 2 cores, "
+            "`wall_s` of run.json: training rounds only) against this table's train s/round. A resumed run records "
+            "only its last session, so its s/round is a lower bound.", "",
+            "| experiment | method | point | runs | committed s/round | this table's | table / committed | row |",
+            "|---|---|---|---:|---:|---:|---:|---|"] + out
 
 
 def _num(x) -> str:
