@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The suite's cost on a GPU (the GPU column of benchmarks/suite_cost.md): benchmarks/suite_cost.py on the
 # device, one row at a time, the heaviest CPU rows first, inside one device call with room for a rerun:
-# everything ends within BUDGET_S seconds (default 420: with a machine's start, ≈ 9 of a session's 15
-# device minutes, so a second try still fits). Rows already measured in the GPU JSON are kept (--resume);
+# everything ends within BUDGET_S seconds (default 330; call it with the device tool's timeout_s 400: with a
+# machine's start (1–2 min) and the transfers ≈ 8 of a session's 15 device minutes, so a second call on the
+# warm machine still fits). Rows already measured in the GPU JSON are kept (--resume);
 # rows skipped for time are tried again on the next call (--retry).
 #   bash benchmarks/gpu_suite_cost.sh [SECONDS_A_ROW] [BUDGET_S]
 #   DEVICE=cpu GPU_JSON=/tmp/x.json ROWS="fmnist10-iid-k10:fedavg" bash benchmarks/gpu_suite_cost.sh 60 90   # dry run
@@ -12,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PER_ROW="${1:-90}"
-BUDGET_S="${2:-420}"
+BUDGET_S="${2:-330}"
 DEVICE="${DEVICE:-cuda}"
 JSON="${GPU_JSON:-benchmarks/suite_cost_gpu.json}"
 MD="${JSON%.json}.md"
