@@ -7,7 +7,7 @@
 import yaml
 from snakemake.utils import min_version
 
-from fedbayes.config import ConfigError, as_read, check_implementations, load_params_text, validate
+from fedbayes.study import ConfigError, as_read, check_implementations, load_params_text, validate
 from fedbayes.frontdoor import check_device, environment_problems
 
 min_version("9.0")

@@ -66,7 +66,7 @@ def max_difference(a: dict, b: dict) -> float:
 
 
 def measure(p: dict, name: str, experiment: str, method: str, changes: dict, args, device) -> dict:
-    from fedbayes.config import run_config
+    from fedbayes.study import run_config
 
     point = pick_point(p, experiment, method)
     cfg = run_config(p, experiment, method, 0, point)
@@ -173,7 +173,7 @@ def main():
     ap.add_argument("--md", default=str(HERE / "batched.md"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
     from fedbayes.engine import pick_device
 
     p = load_params(args.params, scale="paper")

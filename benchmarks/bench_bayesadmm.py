@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from bench_fedavg import make_data
-from fedbayes.config import load_params, run_config, sweep_points
+from fedbayes.study import load_params, run_config, sweep_points
 from fedbayes.engine import pick_device, run_federated
 
 

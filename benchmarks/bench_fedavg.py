@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedbayes import data as ds
-from fedbayes.config import experiment_config, load_params, run_config, sweep_points
+from fedbayes.study import experiment_config, load_params, run_config, sweep_points
 from fedbayes.engine import RunData, pick_device, preprocess, run_federated
 from fedbayes.engine import seeds as S
 from fedbayes.models import build_model

@@ -51,7 +51,7 @@ def main():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from roofline import make_data
 
-    from fedbayes.config import load_params, run_config, sweep_points
+    from fedbayes.study import load_params, run_config, sweep_points
     from fedbayes.engine import pick_device
     from fedbayes.methods import build_method
     from fedbayes.methods.core.base import ClientData

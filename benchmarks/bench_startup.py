@@ -35,7 +35,7 @@ print(time.perf_counter() - t0)
 PARAMS = """
 import time
 t0 = time.perf_counter()
-from fedbayes.config import load_params
+from fedbayes.study import load_params
 load_params("params.yaml")
 print(time.perf_counter() - t0)
 """

@@ -32,7 +32,7 @@ fi
 t_end=$(( $(date +%s) + ${GPU_BUDGET_S:-540} ))
 left() { echo $(( t_end - $(date +%s) )); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-$py -c "import torch, fedbayes.config; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 2
+$py -c "import torch, fedbayes.study; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 2
 echo "[$(date +%T)] batched (CUDA graph and eager) vs one by one"
 timeout $(( $(left) > ${BATCHED_S:-330} ? ${BATCHED_S:-330} : $(left) )) $py benchmarks/batched.py --device cuda --rounds ${ROUNDS:-2} \
   --protocols ${PROTOCOLS:-bayesadmm@fmnist10-iid-k10 fedivon fedavg@fmnist10-iid-k10 bayesadmm fedavg fedprox scaffold fedlap fedlap_cov} \

@@ -16,7 +16,7 @@ import time
 from torch.profiler import ProfilerActivity, profile
 
 from roofline import make_data
-from fedbayes.config import load_params, run_config
+from fedbayes.study import load_params, run_config
 from fedbayes.engine import pick_device, run_federated
 
 

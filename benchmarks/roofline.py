@@ -189,7 +189,7 @@ def instrument(meter: Meter, macs_per_row: int, n_classes: int):
 
 
 def pick_point(p: dict, experiment: str, method: str) -> str:
-    from fedbayes.config import sweep_points
+    from fedbayes.study import sweep_points
 
     points = list(sweep_points(p, experiment, method))
     sel = Path(p["paths"]["runs"]) / experiment / method / "selected.json"
@@ -203,7 +203,7 @@ def pick_point(p: dict, experiment: str, method: str) -> str:
 def make_data(p: dict, experiment: str, cfg: dict, device):
     """The run's tensors as the training CLI builds them (load_run_data), on the seed-0 partition."""
     from fedbayes import data as ds
-    from fedbayes.config import experiment_config
+    from fedbayes.study import experiment_config
     from fedbayes.engine import seeds as S
     from fedbayes.engine.data import load_run_data
     from fedbayes.partition import make_partition, subsample
@@ -218,7 +218,7 @@ def make_data(p: dict, experiment: str, cfg: dict, device):
 
 
 def measure(p: dict, name: str, experiment: str, method: str, changes: dict, args) -> dict:
-    from fedbayes.config import run_config
+    from fedbayes.study import run_config
     from fedbayes.engine import pick_device, run_federated
     from fedbayes.models import build_model
 
@@ -368,7 +368,7 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
 
     p = load_params(args.params, scale="paper")
     load_start = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["0"]

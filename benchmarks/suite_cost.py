@@ -59,7 +59,7 @@ WORKERS = (8, 32, 128)
 # --------------------------------------------------------------------------------------------- the suite
 
 def suite_rows(p: dict) -> list[tuple[str, str]]:
-    from fedbayes.config import experiment_config
+    from fedbayes.study import experiment_config
 
     return [(e, m) for e in p["experiments"] for m in experiment_config(p, e)["methods"]]
 
@@ -67,7 +67,7 @@ def suite_rows(p: dict) -> list[tuple[str, str]]:
 def dag_runs(p: dict, e: str, m: str) -> dict:
     """The runs the DAG trains for (e, m), as track.smk's method_runs: swept points × selection seeds,
     plus the selected point (unknown before the sweep: written SELECTED) on every seed."""
-    from fedbayes.config import method_hparams, seeds, selection_seeds, sweep_points, swept_points
+    from fedbayes.study import method_hparams, seeds, selection_seeds, sweep_points, swept_points
 
     swept = list(swept_points(p, e, m))
     sel_seeds = selection_seeds(p, e, m)
@@ -93,7 +93,7 @@ def measure_row(args, e: str, m: str) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from fedbayes.config import experiment_config, load_params, partition_config, run_config, save_rounds, sweep_points
+    from fedbayes.study import experiment_config, load_params, partition_config, run_config, save_rounds, sweep_points
     from fedbayes.data.root import fetch_dataset, open_data_root
     from fedbayes.engine import loop, seeds
     from fedbayes.engine.data import load_run_data
@@ -302,7 +302,7 @@ def save_json(path: Path, doc: dict) -> None:
 def prepare_data(args, p: dict, rows: list[tuple[str, str]]) -> None:
     """Generate (once) and fetch the stand-ins the rows need, in a child of their own, before any row is
     timed: generation (up to minutes for the big sets) counts neither in a row's time nor in its RSS."""
-    from fedbayes.config import experiment_config
+    from fedbayes.study import experiment_config
 
     names = []
     for e, _ in rows:
@@ -394,7 +394,7 @@ def main() -> None:
     if args.row:
         return child_main(args)
 
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
 
     p = load_params(args.params, scale="paper")
     jpath = Path(args.json)
@@ -530,7 +530,7 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
           "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     totals, longest, single, per_exp = {}, {}, {}, {}
     n_missing = 0
-    from fedbayes.config import experiment_config as _ec
+    from fedbayes.study import experiment_config as _ec
     for e, m in rows:
         runs = dag_runs(p, e, m)
         ex = _ec(p, e)

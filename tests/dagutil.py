@@ -38,7 +38,7 @@ def require_fmnist(pytest) -> None:
 
 def read_params(root: Path) -> dict:
     """``root``'s params.yaml as written, with the ``smoke`` block of params.smoke.yaml beside it inline
-    (as fedbayes.config.with_smoke_overlay lays it; an inline block written back wins over the file)."""
+    (as fedbayes.study.with_smoke_overlay lays it; an inline block written back wins over the file)."""
     p = yaml.safe_load((root / "params.yaml").read_text())
     overlay = root / "params.smoke.yaml"
     if overlay.exists() and "smoke" not in p:

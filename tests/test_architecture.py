@@ -24,12 +24,14 @@ def module_name(path: Path, src: Path = SRC) -> str:
 # A module's layer is that of the longest name here it starts with.
 LAYERS = {
     "cli": ("fedbayes.cli",),
+    # the DAG's planning, called by the Snakemake rules (Snakefile, workflow/rules/*.smk)
+    "workflow": ("fedbayes.workflow",),
     # the workflow's jobs apart from training: tables, figures, selection, the scorecard, MLflow, toys
     "jobs": ("fedbayes.reports", "fedbayes.tracking", "fedbayes.toys"),
     # one run: partitioning, training, replay, evaluation, and the provenance a run records
     "engine": ("fedbayes.engine", "fedbayes.eval.evaluate", "fedbayes.provenance"),
     # the methods, their registry, and the configuration (it validates hyperparameters against the specs)
-    "methods": ("fedbayes.methods", "fedbayes.catalog", "fedbayes.config", "fedbayes.frontdoor", "fedbayes.ownership"),
+    "methods": ("fedbayes.methods", "fedbayes.study", "fedbayes.frontdoor", "fedbayes.ownership"),
     # models, data, partition schemes, metrics, files; ``engine.seeds`` is numpy-only seeding that partition
     # schemes and methods share (its file stays where the partition rule's code hash reads it)
     "core": ("fedbayes", "fedbayes.models", "fedbayes.data", "fedbayes.partition", "fedbayes.eval",

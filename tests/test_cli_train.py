@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from fedbayes import cli
-from fedbayes.config import partition_config, paths
+from fedbayes.study import partition_config, paths
 from fedbayes.data.root import fetch_dataset
 from dagutil import read_params
 

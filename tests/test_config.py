@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from fedbayes.config import (ConfigError, config_hash, load_params, method_hparams, paths,
+from fedbayes.study import (ConfigError, config_hash, load_params, method_hparams, paths,
                              run_config, save_rounds, seeds, sweep_points, validate)
 from dagutil import read_params
 
@@ -70,7 +70,7 @@ def test_report_round_past_the_end(params, schema):
 def test_mc_window_off_needs_final_round_statistics(params, schema):
     """mc_window: false leaves the sampled predictive out of rounds R-2, R-1: a selection or a table
     statistic averaging them is refused before any run, naming what to change."""
-    from fedbayes.config import selection
+    from fedbayes.study import selection
 
     assert selection(params, "fmnist-shards-k200")["statistic"] == "final"  # the experiment's own
     assert selection(params, "fmnist10-iid-k10")["statistic"] == params["selection"]["statistic"]
@@ -199,7 +199,7 @@ def test_not_comparable_experiments_must_carry_published_numbers(params, schema)
 
 
 def test_selection_from_reuses_the_source_grid_and_runs_none(params, schema):
-    from fedbayes.config import selection, swept_points
+    from fedbayes.study import selection, swept_points
 
     validate(params, schema)
     exp = "fmnist-dir-k100"
@@ -226,7 +226,7 @@ def test_experiment_seeds_are_a_prefix_of_the_seeds(params, schema):
 
 
 def test_smoke_experiment_and_hparam_overrides(params):
-    from fedbayes.config import experiment_config
+    from fedbayes.study import experiment_config
 
     smoke = {**params, "scale": "smoke"}
     assert experiment_config(smoke, "fmnist-dir-k100")["clients"] == 10
@@ -238,7 +238,7 @@ def test_smoke_experiment_and_hparam_overrides(params):
 
 
 def test_method_seeds_in_an_experiment(params, schema):
-    from fedbayes.config import run_config
+    from fedbayes.study import run_config
 
     params["experiments"]["fmnist10-dir-k10"]["methods"]["fedlap_func"]["seeds"] = [0, 1]
     validate(params, schema)
@@ -517,9 +517,9 @@ def test_fuzz_malformed_yaml_gets_a_clear_error_naming_the_key_or_line(tmp_path,
 
 
 def test_catalog_models_match_the_implementations():
-    """Validation reads fedbayes.catalog (no torch import); it must name the models the code implements.
+    """Validation reads fedbayes.study.names (no torch import); it must name the models the code implements.
     (Methods: the catalogue is derived from their specs, tests/test_method_specs.py.)"""
-    from fedbayes.catalog import MODEL_NAMES
+    from fedbayes.study import MODEL_NAMES
     from fedbayes.models import MODELS
 
     assert set(MODELS) == set(MODEL_NAMES)
@@ -530,14 +530,14 @@ def test_validation_does_not_import_torch(repo):
     import subprocess
     import sys
 
-    code = ("import sys; from fedbayes.config import load_params; load_params('params.yaml'); "
+    code = ("import sys; from fedbayes.study import load_params; load_params('params.yaml'); "
             "import fedbayes.reports.tables; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_config_changes_names_the_changed_keys():
-    from fedbayes.config import config_changes
+    from fedbayes.study import config_changes
 
     rec = {"seed": 0, "hparams": {"lr": 0.001, "weight_decay": "1e-05", "rho": 0.1}, "partition_hash": "abc"}
     assert config_changes(rec, {"seed": 0, "hparams": {"lr": 0.001, "weight_decay": 1e-05, "rho": 0.1}}) == []
@@ -551,7 +551,7 @@ def test_config_changes_names_the_changed_keys():
 def test_default_valued_hparams_are_left_out_of_the_run_configuration(params):
     """Declaring a default (``client_optimizer: fresh``) changes no run's configuration, so it reruns
     nothing; a non-default value is kept."""
-    from fedbayes.catalog import HPARAM_DEFAULTS
+    from fedbayes.study import HPARAM_DEFAULTS
 
     assert HPARAM_DEFAULTS["client_optimizer"] == "fresh"
     p = copy.deepcopy(params)
@@ -644,7 +644,7 @@ def test_model_keys_match_the_builders():
     import inspect
 
     from fedbayes import models
-    from fedbayes.catalog import MODEL_KEYS, MODEL_NAMES
+    from fedbayes.study import MODEL_KEYS, MODEL_NAMES
 
     assert set(MODEL_NAMES) == set(models.MODELS) == set(MODEL_KEYS)
     for name in MODEL_NAMES:
@@ -792,7 +792,7 @@ def test_the_earlier_layout_is_read_as_todays(params, schema):
     """A params.yaml written before experiments held their methods' values (an experiment's methods a list,
     per-experiment values under methods.<m>.overrides.<e>) loads as the same configuration; a pair set in
     both places is refused, naming both keys."""
-    from fedbayes.config import upgrade_layout
+    from fedbayes.study import upgrade_layout
 
     old = copy.deepcopy(params)
     for e, x in old["experiments"].items():
@@ -854,7 +854,8 @@ def test_a_string_sweep_value_that_cannot_name_a_run_is_refused(params):
     """A sweep value that names no run directory (the DAG's point wildcard: a plug-in's free string with a
     space or a slash) passed validation and failed in the DAG: refused when params.yaml is checked, naming
     the experiment, method and point (the schema's enums keep the built-in methods' strings safe)."""
-    from fedbayes.config import _hparam_problems, experiment_config
+    from fedbayes.study import experiment_config
+    from fedbayes.study.semantics import _hparam_problems
 
     params["experiments"]["fmnist10-iid-k10"]["methods"]["fedavg"] = {"sweep": {"optimizer": ["adam", "my sgd/2"]}}
     problems = _hparam_problems(params, "fmnist10-iid-k10", experiment_config(params, "fmnist10-iid-k10"))
@@ -907,7 +908,7 @@ def test_a_scales_per_experiment_method_block_is_read(params, schema):
     """`smoke.experiments.<e>.methods.<m>` validated and was never read: a run at smoke scale trained with
     the values of methods.<m>. It is now the most specific block at its scale (after smoke.methods.<m>),
     its sweep replaces the grid, and a rehearsal block lies over it."""
-    from fedbayes.config import method_hparams, sweep_points
+    from fedbayes.study import method_hparams, sweep_points
 
     params["smoke"].setdefault("experiments", {}).setdefault("fmnist10-iid-k10", {})["methods"] = {
         "fedavg": {"lr": 0.005, "sweep": {"local_epochs": [3]}}}

@@ -281,7 +281,7 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     four hospitals as clients, and FedLap-Cov trains logistic regression on them."""
 
     from fedbayes.engine.partitions import data_root, ensure_partition, write_partition
-    from fedbayes.config import run_config
+    from fedbayes.study import run_config
     from fedbayes.engine import load_run_data, run_federated
     from fedbayes.partition import load_partition
 

@@ -29,7 +29,7 @@ def generator():
 
 
 def params() -> dict:
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
 
     return load_params(ROOT / "params.yaml")
 

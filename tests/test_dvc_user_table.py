@@ -18,7 +18,7 @@ def generate(p: dict) -> dict:
 
 
 def test_a_users_table_gets_its_own_stage_and_its_method_stays_out_of_the_paper_stages():
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
 
     p = load_params(ROOT / "params.yaml")
     p["experiments"]["fmnist10-dir-k10"]["methods"]["fedcurv"] = None   # a method no paper table shows

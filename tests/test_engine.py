@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbayes.config import config_hash
+from fedbayes.study import config_hash
 from fedbayes.engine import preprocess, run_federated
 from fedbayes.engine.loop import CHECKPOINT
 from fedbayes.methods import build_method
@@ -173,7 +173,7 @@ def test_checkpoint_not_written_by_this_code_is_set_aside(tmp_path, synthetic_ru
 
 
 def test_run_json_records_code_identity_and_numerics(tmp_path, synthetic_run_data, cfg_factory):
-    from fedbayes.catalog import numerics
+    from fedbayes.study import numerics
     from fedbayes.provenance import code_identity
 
     run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)

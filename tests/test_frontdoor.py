@@ -8,7 +8,7 @@ import pytest
 import yaml
 from dagutil import read_params
 
-from fedbayes.config import ConfigError, load_params, validate
+from fedbayes.study import ConfigError, load_params, validate
 
 EXP = "fmnist10-iid-k10"
 
@@ -201,7 +201,7 @@ def test_a_run_without_its_required_lr_is_refused(params, schema):
 
 
 def test_unset_names_the_required_fields_a_run_reads():
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
 
     fedavg = METHOD_SPECS["fedavg"].params
     assert {"lr", "batch_size", "local_epochs"} <= set(fedavg.unset({}))
@@ -234,7 +234,7 @@ def test_a_schedule_the_method_does_not_honour_is_refused(params, schema):
 
 
 def test_the_schedules_the_papers_use_are_accepted(params, schema):
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
 
     assert "cosine_rounds" in METHOD_SPECS["bayesadmm"].schedules
     assert "cosine_rounds" in METHOD_SPECS["fedivon"].schedules

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from dagutil import copy_repo, mtimes, require_fmnist, sh
 
-from fedbayes.config import selection_seeds
+from fedbayes.study import selection_seeds
 from dagutil import read_params
 
 pytestmark = pytest.mark.integration

@@ -65,11 +65,11 @@ def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, rep
     p = read_params(repo)
     add_method(p)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    code = ("import json, sys; from fedbayes.config import load_params; "
+    code = ("import json, sys; from fedbayes.study import load_params; "
             f"load_params({str(tmp_path / 'params.yaml')!r}); "
-            "from fedbayes import catalog; from fedbayes.config import complete_schema, _schema_for; "
+            "from fedbayes.study import rerun, names; from fedbayes.study.schema import _schema_for; "
             "from pathlib import Path; s = _schema_for(Path('params.yaml')); "
-            f"print(json.dumps(dict(variants=catalog.METHOD_VARIANTS[{KEY!r}], numerics=catalog.numerics({KEY!r}), "
+            f"print(json.dumps(dict(variants=names.METHOD_VARIANTS[{KEY!r}], numerics=rerun.numerics({KEY!r}), "
             "rule=s['$defs']['hparams']['properties']['server_step'], "
             "sweepable='server_step' in s['$defs']['grid']['propertyNames']['enum'], torch='torch' in sys.modules)))")
     out = python(code, with_plugin(tmp_path), repo)
@@ -77,14 +77,14 @@ def test_an_installed_method_is_registered_validated_and_versioned(tmp_path, rep
     assert json.loads(out.stdout) == {"variants": {"": "point"}, "numerics": {"core": 1, "method": 1},
                                       "rule": {"$ref": "#/$defs/posnum"}, "sweepable": True, "torch": False}
     # without the package, the same params.yaml has a key no method declares
-    out = python(f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
+    out = python(f"from fedbayes.study import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
                  os.environ.copy(), repo)
     assert out.returncode != 0 and (f"methods.{KEY}: unknown method '{KEY}': not installed (no entry point in the "
                                     "fedbayes.methods group") in out.stderr, out.stderr
     # a bad value of its own hyperparameter is refused by the rule its spec declares
     p["methods"][KEY]["sweep"]["server_step"] = [0.5, -1.0]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    out = python(f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
+    out = python(f"from fedbayes.study import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
                  with_plugin(tmp_path), repo)
     assert out.returncode != 0 and f"methods.{KEY}.sweep.server_step.1" in out.stderr, out.stderr
 
@@ -99,7 +99,7 @@ def test_an_installed_method_takes_only_its_own_hyperparameters(tmp_path, repo):
     p["methods"][KEY]["tau"] = 0.5
     p["methods"][KEY]["sweep"]["server_stepp"] = [1.0]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    out = python(f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
+    out = python(f"from fedbayes.study import load_params; load_params({str(tmp_path / 'params.yaml')!r})",
                  with_plugin(tmp_path), repo)
     assert out.returncode != 0, out.stderr
     # another method's key: no suggestion of an unrelated name of its own (`tau` is not a misspelt `weight_decay`)
@@ -110,7 +110,7 @@ def test_an_installed_method_takes_only_its_own_hyperparameters(tmp_path, repo):
 
 def test_a_method_registered_twice_or_misnamed_breaks_only_what_uses_it(tmp_path, repo):
     """A key registered by two packages (or by a package and fedbayes), or an entry point whose spec is
-    misnamed or cannot be loaded, made `import fedbayes.catalog` fail: every command broke, not only the
+    misnamed or cannot be loaded, made `import fedbayes.study` fail: every command broke, not only the
     configurations that use the method. Now the package's method is left out with one warning naming it,
     and a params.yaml naming its key is refused with that reason."""
     env = with_plugin(tmp_path)
@@ -118,27 +118,27 @@ def test_a_method_registered_twice_or_misnamed_breaks_only_what_uses_it(tmp_path
     other.mkdir()
     (other / "METADATA").write_text("Metadata-Version: 2.1\nName: other-methods\nVersion: 0.1\n")
     (other / "entry_points.txt").write_text(f"[fedbayes.methods]\n{KEY} = fedbayes_example_method:SPEC\n")
-    out = python(f"import fedbayes.catalog as c; print({KEY!r} in c.METHOD_SPECS, 'fedavg' in c.METHOD_SPECS)", env, repo)
+    out = python(f"import fedbayes.study.names as c; print({KEY!r} in c.METHOD_SPECS, 'fedavg' in c.METHOD_SPECS)", env, repo)
     assert out.returncode == 0 and out.stdout.split() == ["False", "True"], out.stderr
     assert f"method '{KEY}' is registered twice" in out.stderr and "left out" in out.stderr, out.stderr
     p = read_params(repo)
     add_method(p)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    check = f"from fedbayes.config import load_params; load_params({str(tmp_path / 'params.yaml')!r})"
+    check = f"from fedbayes.study import load_params; load_params({str(tmp_path / 'params.yaml')!r})"
     out = python(check, env, repo)
     assert out.returncode != 0 and f"method '{KEY}': method '{KEY}' is registered twice" in out.stderr, out.stderr
-    out = python(f"from fedbayes.config import load_params; load_params({str(repo / 'params.yaml')!r})", env, repo)
+    out = python(f"from fedbayes.study import load_params; load_params({str(repo / 'params.yaml')!r})", env, repo)
     assert out.returncode == 0, out.stderr   # a configuration without it is not concerned
     (other / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg = fedbayes_example_method:SPEC\n"
                                             "broken = no_such_module:SPEC\n")
-    out = python("import fedbayes.catalog as c; print(c.METHOD_SPECS['fedavg'].implementation)", env, repo)
+    out = python("import fedbayes.study.names as c; print(c.METHOD_SPECS['fedavg'].implementation)", env, repo)
     assert out.returncode == 0 and out.stdout.strip() == "fedbayes.methods.fedavg.algorithm:FedAvg", out.stderr
     assert f"its spec's key is '{KEY}'" in out.stderr and "no_such_module" in out.stderr, out.stderr
 
 
 def test_the_example_method_steps_the_server_towards_the_average(tmp_path, monkeypatch):
     """Its tensor math, through build_method: η = 1 is FedAvg bit for bit; η = 0.5 goes halfway."""
-    import fedbayes.catalog  # noqa: F401  (computed once a process: first here, it kept the plug-in for later files)
+    import fedbayes.study  # noqa: F401  (computed once a process: first here, it kept the plug-in for later files)
     from fedbayes.methods import build_method
     from fedbayes.methods.spec import method_specs
     from fedbayes.models import FlatModel
@@ -229,7 +229,7 @@ def test_a_method_whose_implementation_cannot_be_imported_is_refused_at_validati
     assert "No module named 'no_such_dependency'" in r.stderr + r.stdout
     assert not (work / "work").exists()   # nothing written: no job started
     # the repository's params.yaml names no such method: valid, and torch is still not imported to say so
-    out = python(f"import sys; from fedbayes.config import load_params; load_params({str(repo / 'params.yaml')!r}); "
+    out = python(f"import sys; from fedbayes.study import load_params; load_params({str(repo / 'params.yaml')!r}); "
                  "print('torch' in sys.modules)", env, repo)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
@@ -244,7 +244,7 @@ def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monk
     import importlib
     import shutil
 
-    import fedbayes.catalog  # noqa: F401  (see test_the_example_method_steps_the_server_towards_the_average)
+    import fedbayes.study  # noqa: F401  (see test_the_example_method_steps_the_server_towards_the_average)
     from fedbayes import provenance
     from fedbayes.engine import run_federated
     from fedbayes.engine.loop import CHECKPOINT
@@ -261,7 +261,8 @@ def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monk
     method_specs.cache_clear()
     _load.cache_clear()
     provenance.plugin_identity.cache_clear()
-    importlib.reload(fedbayes.catalog)   # its tables (numerics versions, specs) with the plug-in
+    importlib.reload(fedbayes.study.names)   # its tables (specs, variants) with the plug-in
+    importlib.reload(fedbayes.study.rerun)   # … and the numerics versions
     try:
         ident = provenance.plugin_identity(KEY)
         assert ident["distribution"] == "fedbayes-example-method" and ident["version"] == "0.1.0"
@@ -301,4 +302,5 @@ def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monk
         method_specs.cache_clear()
         _load.cache_clear()
         provenance.plugin_identity.cache_clear()
-        importlib.reload(fedbayes.catalog)
+        importlib.reload(fedbayes.study.names)
+        importlib.reload(fedbayes.study.rerun)

@@ -68,7 +68,7 @@ SWEEPABLE = ['optimizer', 'lr', 'batch_size', 'local_epochs', 'grad_clip', 'alph
 
 
 def test_derived_catalogue_is_what_was_hand_kept():
-    from fedbayes import catalog
+    from fedbayes import study as catalog
 
     # the registry lists fedbayes' methods by key (installed entry points are sorted)
     assert catalog.METHOD_VARIANTS == METHOD_VARIANTS and list(catalog.METHOD_VARIANTS) == sorted(METHOD_VARIANTS)
@@ -77,7 +77,7 @@ def test_derived_catalogue_is_what_was_hand_kept():
 
 
 def test_derived_schema_is_what_was_hand_kept(repo):
-    from fedbayes.config import complete_schema
+    from fedbayes.study import complete_schema
 
     raw = yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text())
     defs = complete_schema(raw)["$defs"]
@@ -94,7 +94,7 @@ def test_derived_schema_is_what_was_hand_kept(repo):
 
 
 def test_methods_package_and_specs_import_no_torch():
-    code = ("import sys, fedbayes.methods, fedbayes.catalog; from fedbayes.methods.spec import method_specs; "
+    code = ("import sys, fedbayes.methods, fedbayes.study; from fedbayes.methods.spec import method_specs; "
             "[s.params() for s in method_specs().values()]; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -103,7 +103,7 @@ def test_methods_package_and_specs_import_no_torch():
 @pytest.mark.parametrize("key", sorted(METHOD_VARIANTS))
 def test_each_spec_names_its_implementation_and_needs(key):
     """The class loads and is a Method; it returns local models exactly when it declares that need."""
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
     from fedbayes.methods.core.base import Method
 
     spec = METHOD_SPECS[key]
@@ -114,7 +114,7 @@ def test_each_spec_names_its_implementation_and_needs(key):
 
 def test_hyperparameter_defaults_obey_their_rules():
     """A default is REQUIRED, None (off) or a value its own rule accepts."""
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
     from fedbayes.methods.spec import check_value
 
     for spec in METHOD_SPECS.values():
@@ -130,7 +130,7 @@ def test_hyperparameter_defaults_obey_their_rules():
     ("fedbe", {"server_unlabeled": 1.0}, "server_unlabeled"),
 ])
 def test_params_refuse_a_bad_value_naming_it(key, hp, match):
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
 
     with pytest.raises(ValueError, match=match):
         METHOD_SPECS[key].params.from_hparams(hp)
@@ -166,7 +166,7 @@ def test_fixed_hyperparameters_are_enforced():
 def test_fedbayes_methods_lists_the_specs_and_one_methods_defaults(capsys):
     """`fedbayes methods [KEY]`: the defaults params.yaml overrides, read from the method's spec."""
     from fedbayes import cli
-    from fedbayes.catalog import METHOD_SPECS
+    from fedbayes.study import METHOD_SPECS
 
     cli.main(["methods"])
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == list(METHOD_SPECS)

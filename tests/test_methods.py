@@ -283,7 +283,7 @@ def test_fedlap_func_converges_to_the_map():
 def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_factory, tmp_path):
     """Each registered method runs in the real engine, learns the synthetic task, and a killed run
     resumes to the same numbers (client and server states go through the checkpoint)."""
-    from fedbayes.catalog import METHOD_VARIANTS
+    from fedbayes.study import METHOD_VARIANTS
 
     torch.set_default_dtype(torch.float32)
     assert name in METHOD_VARIANTS

@@ -91,7 +91,7 @@ def test_validate_accepts_or_refuses_in_lines_never_a_traceback(tmp_path, repo, 
     from hypothesis import strategies as st
 
     from fedbayes.cli import main
-    from fedbayes.config import ConfigError, load_params
+    from fedbayes.study import ConfigError, load_params
 
     (tmp_path / "workflow/schemas").mkdir(parents=True)
     shutil.copy(repo / "workflow/schemas/params.schema.yaml", tmp_path / "workflow/schemas")
@@ -130,7 +130,7 @@ def test_validate_accepts_or_refuses_in_lines_never_a_traceback(tmp_path, repo, 
 @pytest.mark.parametrize("doc", [None, [], [1], 3, "x", True, {"experiments": {1: {}}}, {"scale": None}])
 def test_validate_refuses_odd_documents_with_a_config_error(repo, doc):
     """Hand-picked shapes the property test may draw rarely."""
-    from fedbayes.config import ConfigError, validate
+    from fedbayes.study import ConfigError, validate
 
     schema = yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text())
     with pytest.raises(ConfigError) as err:

@@ -4,7 +4,7 @@ reason shows the old and the new value, a table without published numbers says n
 import subprocess
 import sys
 
-from fedbayes.config import config_changes
+from fedbayes.study import config_changes
 
 
 def test_fedbayes_methods_marks_an_outside_method_with_its_package(tmp_path, repo):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbayes.config import load_params_text
+from fedbayes.study import load_params_text
 
 REPO = Path(__file__).resolve().parents[1]
 

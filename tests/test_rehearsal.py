@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fedbayes.config import ConfigError, load_params, paths, run_config
+from fedbayes.study import ConfigError, load_params, paths, run_config
 from fedbayes.reports.tables import check_data_source
 from fedbayes.runfiles import DamagedFile
 from dagutil import copy_repo, read_params, sh
@@ -52,7 +52,7 @@ def test_a_stand_in_run_never_enters_a_table_of_real_results(repo, tmp_path):
 def test_a_stand_in_run_copied_into_the_real_runs_fails_the_table(repo, tmp_path):
     """The real table command refuses rehearsal runs put where real runs belong: one line naming the
     run.json, exit 2, no table written."""
-    from fedbayes.config import experiment_config, paths, sweep_points
+    from fedbayes.study import experiment_config, paths, sweep_points
     from fedbayes.runpaths import run_dir
 
     p = load_params(repo / "params.yaml", scale="paper")
@@ -101,7 +101,7 @@ def test_the_rehearsal_runs_every_experiment_of_the_five_papers(rehearsal, repo)
     say "stand-in rehearsal"; nothing outside the git-ignored rehearsal folders is written."""
     import pandas as pd
 
-    from fedbayes.config import experiment_config
+    from fedbayes.study import experiment_config
     from fedbayes.reports.rehearsal import pair_summary
 
     d, out, seconds = rehearsal

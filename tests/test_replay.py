@@ -1,5 +1,5 @@
 """The rerun rule's guard: a change that alters any number a method computes must bump its numerics
-version (``fedbayes.catalog``), because finished runs are adopted by new code on their configuration
+version (``fedbayes.study.rerun``), because finished runs are adopted by new code on their configuration
 and numerics versions alone (never on source hashes).
 
 Two checks, bit for bit on the machine class that computed the golden or run (``fedbayes.machine``;
@@ -13,7 +13,7 @@ the goldens that record none: ``tests/golden/numerics/machine.json``), within ro
   round 1, where training has amplified it, within the spread of the run's seeds.
 
 After a deliberate numerics change: bump the method spec's ``numerics`` (fedbayes/methods/<key>/__init__.py)
-or CORE_NUMERICS (fedbayes/catalog.py), write the new golden with
+or CORE_NUMERICS (fedbayes/study/rerun.py), write the new golden with
 ``python tests/test_replay.py METHOD …``, and rerun the method's runs (Snakemake plans exactly those).
 """
 
@@ -52,7 +52,7 @@ REPLAYED = {
 
 
 def _method_names() -> list[str]:
-    from fedbayes.catalog import METHOD_VARIANTS
+    from fedbayes.study import METHOD_VARIANTS
 
     return sorted(METHOD_VARIANTS)
 
@@ -76,7 +76,7 @@ def _experiment_for(params: dict, method: str) -> str:
 def golden_hparams(method: str) -> dict:
     """A new golden's hyperparameters: params.yaml's at smoke scale, shrunk to seconds. They are stored
     in the golden, so that a later params.yaml edit changes no golden."""
-    from fedbayes.config import load_params, method_hparams, sweep_points
+    from fedbayes.study import load_params, method_hparams, sweep_points
 
     params = load_params(REPO / "params.yaml", scale="smoke")
     experiment = _experiment_for(params, method)
@@ -107,7 +107,7 @@ def test_method_numerics_match_their_golden(method, tmp_path):
     for path in golden_files(method, GOLDEN):   # one per code path of its committed runs (path_signature)
         _, v = check_golden(path, GOLDEN, tmp_path)   # bit for bit on its class, within round-off on another
         assert not v["outside"], (f"{method}'s numbers changed without a numerics version bump (its spec's numerics "
-                                  f"or CORE_NUMERICS, fedbayes/catalog.py): {path.name} ({v['mode']}): {v['outside'][:4]}")
+                                  f"or CORE_NUMERICS, fedbayes/study/rerun.py): {path.name} ({v['mode']}): {v['outside'][:4]}")
 
 
 def _committed_runs() -> dict[tuple[str, str], Path]:
@@ -166,7 +166,7 @@ def test_committed_run_replays(method):
     spread (engine.replay.replay_verdict), never a failure for round-off alone."""
     from dagutil import require_fmnist
 
-    from fedbayes.catalog import numerics
+    from fedbayes.study import numerics
     from fedbayes.data.root import fetch_dataset
     from fedbayes.engine.replay import replay_verdict
     from fedbayes.machine import machine_class, same_class

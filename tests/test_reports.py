@@ -309,8 +309,8 @@ def test_every_method_has_one_colour_distinct_within_its_family():
     """One colour per method across the project's figures, its spec's; the methods drawn in one row of panels
     (a family, its spec's) are told apart; a variant keeps its method's colour, dashed. The built-in methods
     keep the families and colours the committed figures were drawn with."""
-    from fedbayes.catalog import METHOD_SPECS
     from fedbayes.reports.figures import SPARE, family_of, method_style, rows_of
+    from fedbayes.study import METHOD_SPECS
 
     colours = [method_style(m)["color"] for m in METHOD_SPECS]     # no two methods alike (fedadmm was fedpa's)
     assert len(set(colours)) == len(colours) and not set(SPARE) & set(colours)
@@ -329,7 +329,7 @@ def test_every_method_has_one_colour_distinct_within_its_family():
 def test_published_as_compares_a_prediction_with_another_methods_published_cell(table_params, tmp_path):
     """``tables.<t>.published_as``: which published method a table method's cells stand beside (e.g.
     ``feddyn@avg`` beside the paper's FedDyn); validation names a mapping to an unknown method."""
-    from fedbayes.config import ConfigError, check_semantics
+    from fedbayes.study import ConfigError, check_semantics
 
     p = copy.deepcopy(table_params)
     p["tables"]["table1"]["published_as"] = {"fedavg": "fedprox"}

@@ -1,4 +1,4 @@
-"""Reruns follow numbers, not file hashes (fedbayes.catalog), on the real ``snakemake`` command in a
+"""Reruns follow numbers, not file hashes (fedbayes.study.rerun), on the real ``snakemake`` command in a
 temporary copy of the repository (the synthetic experiments of tests/test_faults.py) whose package
 sources the workflow runs (``PYTHONPATH=<copy>/src``), so that the tests can edit them:
 
@@ -49,8 +49,7 @@ def planned_training(d: Path, plan: str | None = None) -> set[tuple[str, str, st
 def pure_plan(d: Path) -> str:
     """``snakemake -n`` for the table, checked to leave work/ and results/ as they were: planning only
     looks (issue 34 item 6; the rerun markers were written while the DAG was built). The one exception
-    (docs/workflow.md): the numerics check's record under work/numerics, written when a method's code
-    changed since its last check (it must run before any job)."""
+    (docs/workflow.md): none, the numerics check is a job (rule numerics_check) that planning only plans."""
     def files():
         return {str(f.relative_to(d)): f.stat().st_mtime_ns for top in ("work", "results") for f in (d / top).rglob("*")
                 if not f.relative_to(d).as_posix().startswith("work/numerics")}
@@ -77,13 +76,15 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert planned_training(built) == set()
     checked = mtimes(built, "work/numerics/*.json")
     records = {f for f in checked if re.fullmatch(r"work/numerics/\w+\.json", f)}   # besides baselines of new paths
-    # every method with a committed golden is checked in the one process of the first planning
-    assert {"work/numerics/fedavg.json", "work/numerics/fedprox.json", "work/numerics/bayesadmm.json"} <= records
+    # every method of the table is checked by its numerics_check job in the first build
+    assert {"work/numerics/fedavg.json", "work/numerics/fedprox.json"} <= records
     assert planned_training(built) == set() and mtimes(built, "work/numerics/*.json") == checked  # no edit: no check
     for rel in ("src/fedbayes/methods/fedavg/algorithm.py", "src/fedbayes/methods/core/base.py", "src/fedbayes/engine/loop.py",
                 "src/fedbayes/eval/metrics.py"):
         f = built / rel
         f.write_text(f.read_text() + "\n\ndef _a_refactor_helper():  # behaviour-preserving edit\n    return None\n")
+    assert planned_training(built) == set()
+    run(f"snakemake --cores 2 {TABLE}", built)   # the numerics_check jobs run before the table reads the runs
     assert planned_training(built) == set()
     # the numerics check ran again on the edited code, found the same numbers and adopted it silently
     from fedbayes.engine.replay import golden_name
@@ -112,12 +113,13 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     # the proximal weight doubled (μ for μ/2, a convention slip): bits on the goldens' class, and far beyond
     # round-off on another (1,100× the envelope), so the DAG stops on every class
     f.write_text(f.read_text().replace(old, old + " * 2", 1))
-    out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False)
+    assert planned_training(built) == set()   # planning only plans the check (rule numerics_check)
+    out = run(f"snakemake --cores 2 {TABLE}", built, check=False)
     said = [line for line in out.splitlines() if "changed without a numerics version bump" in line]
     assert said and len(set(said)) == 1, out[-3000:]
     assert re.search(r"fedprox's numbers changed without a numerics version bump: round \d+: \S+ \S+ != \S+", said[0]), said
     assert "fedavg" not in said[0] and not re.search(r"^rule train:", out, re.M)
-    catalog = built / "src/fedbayes/catalog.py"
+    catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
     planned = planned_training(built)
     assert planned and {r[1] for r in planned} == {"fedprox"}
@@ -130,9 +132,10 @@ def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_train
     that class (its run.json records it); a real change of FedProx's numbers still stops the DAG there."""
     other = {"ATEN_CPU_CAPABILITY": "default"}
     plan = run(f"snakemake -n --cores 2 {TABLE}", built, **other)
-    said = [line for line in plan.splitlines() if line.startswith("fedbayes numerics-check: ")]
-    assert len(said) == 1 and "rounds differently from the goldens' machine" in said[0] and "DEFAULT" in said[0], plan[-3000:]
     assert planned_training(built, plan) == set()
+    out = run(f"snakemake --cores 2 {TABLE}", built, **other)   # the numerics_check jobs, within round-off
+    said = {line for line in out.splitlines() if line.startswith("fedbayes numerics-check: ")}
+    assert said and all("rounds differently from the goldens' machine" in s and "DEFAULT" in s for s in said), out[-3000:]
     victim = sorted((built / "results/runs").rglob("history.csv"))[0].parent
     shutil.rmtree(victim)
     run(f"snakemake --cores 2 {TABLE}", built, **other)
@@ -142,7 +145,7 @@ def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_train
     f = built / "src/fedbayes/methods/fedprox/algorithm.py"
     old = 'w_g, alpha = down["w"], float(self.p.alpha)'
     f.write_text(f.read_text().replace(old, old + " * 2", 1))
-    out = run(f"snakemake -n --cores 2 {TABLE}", built, check=False, **other)
+    out = run(f"snakemake --cores 2 {TABLE}", built, check=False, **other)
     assert re.search(r"fedprox's numbers changed without a numerics version bump: round \d+: \S+ \S+ != \S+ .*"
                      r"beyond round-off", out), out[-3000:]
 
@@ -151,9 +154,9 @@ def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_train
 def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
     if metadata == "fresh clone":  # no record of the params the runs were made with: run.json decides
         shutil.rmtree(built / ".snakemake")
-    from fedbayes.catalog import METHOD_NUMERICS
+    from fedbayes.study import METHOD_NUMERICS
 
-    catalog = built / "src/fedbayes/catalog.py"
+    catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text() + '\nMETHOD_NUMERICS["fedprox"] += 1\n')
     now = METHOD_NUMERICS["fedprox"]
     want = {r for r in all_runs(built) if r[1] == "fedprox"}
@@ -170,7 +173,7 @@ def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
 
 
 def test_a_core_numerics_bump_reruns_every_run(built):
-    catalog = built / "src/fedbayes/catalog.py"
+    catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text().replace("CORE_NUMERICS = 1", "CORE_NUMERICS = 2"))
     # the sweep's runs; where the selection reads the first seed only, the other seeds wait behind it
     sel_all = read_params(built)["experiments"]["synth-k4"].get(
@@ -215,7 +218,7 @@ def test_a_runs_defaults_are_compared_with_its_record_or_the_frozen_one(monkeypa
     defaults; a recorded default compares with today's; an option added since, or a value the
     configuration now sets, is no change of a default; a method without a frozen record (a plug-in)
     keys every default it reads."""
-    from fedbayes import catalog
+    from fedbayes.study import rerun as catalog
 
     hp = {"lr": 0.1, "batch_size": 32, "local_epochs": 1}
     now = catalog.method_defaults("fedprox", hp)

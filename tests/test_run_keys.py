@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbayes.config import (RECORDED_ONLY, load_params, paths, run_config, seeds, selection_seeds,
+from fedbayes.study import (RECORDED_ONLY, load_params, paths, run_config, seeds, selection_seeds,
                              sweep_points, swept_points)
 from fedbayes import runpaths
 
@@ -50,6 +50,27 @@ def test_every_committed_run_keeps_its_configuration_byte_for_byte():
     assert not differ, differ
 
 
+def test_every_committed_run_is_its_run_spec_in_the_resolved_study():
+    """The typed study gives each committed run the configuration its run.json recorded (less the keys
+    training adds), and that configuration's hash (``RunSpec.hash``)."""
+    from fedbayes.study import config_hash
+    from fedbayes.study.model import load_study
+
+    study = load_study(REPO / "params.yaml")
+    planned = planned_runs(study.params)
+    checked, differ = 0, []
+    for f in sorted((REPO / "results/runs").glob("*/*/*/seed*/run.json")):
+        c = json.loads(f.read_text())["config"]
+        if (c["experiment"], c["method"], c["point"], c["seed"]) not in planned:
+            continue
+        run = study.run(c["experiment"], c["method"], c["seed"], c["point"])
+        checked += 1
+        recorded = {k: v for k, v in c.items() if k not in RECORDED_ONLY}
+        if json.dumps(recorded, sort_keys=True) != json.dumps(run.config, sort_keys=True) or run.hash != config_hash(recorded):
+            differ.append(str(f.relative_to(REPO)))
+    assert checked >= 150 and not differ, (checked, differ)
+
+
 @pytest.fixture(scope="module")
 def smoke():
     return load_params(REPO / "params.yaml", scale="smoke")
@@ -81,7 +102,7 @@ def test_a_scale_value_replacing_a_users_own_method_setting_is_said_in_one_line(
 
     import yaml
 
-    from fedbayes.config import load_params_text, overlay_replacements
+    from fedbayes.study import load_params_text, overlay_replacements
 
     text = load_params_text(REPO / "params.yaml")
     text["methods"]["fedivon"]["pred_samples"] = 16

@@ -6,7 +6,7 @@ works and a crafted one is refused before any job starts."""
 
 import pytest
 
-from fedbayes.config import ConfigError, validate
+from fedbayes.study import ConfigError, validate
 from dagutil import copy_repo, sh
 from test_config import params, schema  # noqa: F401  (the repository's params.yaml and schema, as read)
 

@@ -251,7 +251,7 @@ def test_an_unreachable_tracking_server_fails_fast_naming_it(finished_run, repo,
 def test_experiment_description_leads_to_the_tables_figures_and_scorecard(repo):
     """The MLflow experiment says where the results built from its runs are: its tables, their figures
     and the scorecard (paths relative to the repository, under the scale's reports directory)."""
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
     from fedbayes.tracking import experiment_description
 
     text = experiment_description(load_params(repo / "params.yaml"), "fmnist10-iid-k10")

@@ -8,7 +8,7 @@ from fedbayes.engine import seeds
 from fedbayes.engine.loop import evaluated_variants, predict
 from fedbayes.methods import build_method
 from fedbayes.methods.core.base import ClientData
-from fedbayes.catalog import split_variant
+from fedbayes.study import split_variant
 from fedbayes.methods.core.base import RunContext
 from fedbayes.models import FlatModel
 

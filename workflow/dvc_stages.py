@@ -2,7 +2,7 @@
 
 A table stage asks Snakemake for some tables (the `${reports_dir}/<table>.csv` in its `cmd`). Their jobs
 read the run settings, the selection rule, the tables' own `tables.<name>` specs, the experiments the
-tables run and those they take their selection from (fedbayes.config ``comparable_experiments``,
+tables run and those they take their selection from (fedbayes.study ``comparable_experiments``,
 ``selection_from``), and the tables' methods those experiments run: a table reads only its own methods'
 runs and selections (workflow/rules/report.smk). A table no stage asks for (a user's own) gets a stage of
 its own, ``table_<name>``, added under ``stages:``. The headline
@@ -47,8 +47,8 @@ def key(section: str, name: str, entries: dict) -> str:
 
 def stage_params(p: dict, names: list[str]) -> list:
     """The params keys the tables ``names`` read (DVC's list: strings, and the smoke overlay's file)."""
-    from fedbayes.catalog import split_variant
-    from fedbayes.config import comparable_experiments
+    from fedbayes.study import split_variant
+    from fedbayes.study import comparable_experiments
 
     experiments = []
     for name in names:
@@ -114,7 +114,7 @@ def generate(text: str, p: dict) -> tuple[str, list[str]]:
 def own_stage(p: dict, stage: str, name: str) -> str:
     """dvc.yaml's stage of a table no stage asks for (a user's own): Snakemake builds it, its params
     generated as every table stage's, its CSV, Markdown and figures its outputs."""
-    from fedbayes.config import table_figures
+    from fedbayes.study import table_figures
 
     outs = [f"${{reports_dir}}/{name}.{x}" for x in ("csv", "md")]
     outs += [f"${{reports_dir}}/figures/{f}" for f in table_figures(name, p["tables"][name])]
@@ -126,7 +126,7 @@ def own_stage(p: dict, stage: str, name: str) -> str:
 
 
 def main(argv=None) -> None:
-    from fedbayes.config import load_params
+    from fedbayes.study import load_params
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only say whether dvc.yaml is as generated")

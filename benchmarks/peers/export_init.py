@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from fedbayes.config import load_params
+from fedbayes.study import load_params
 from fedbayes.engine import seeds
 from fedbayes.models import build_model
 

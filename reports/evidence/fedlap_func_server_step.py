@@ -20,7 +20,7 @@ from pathlib import Path
 import fedbayes  # noqa: F401  (first: the CPU-numerics caps)
 import torch
 
-from fedbayes.config import load_params, run_config
+from fedbayes.study import load_params, run_config
 from fedbayes.engine.data import load_run_data
 from fedbayes.engine.loop import run_federated
 from fedbayes.engine.partitions import data_root, write_partition

@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from fedbayes.catalog import METHOD_SPECS
-from fedbayes.config import (ConfigError, check_implementations, experiment_config, load_params, overlay_replacements,
+from fedbayes.study import METHOD_SPECS
+from fedbayes.study import (ConfigError, check_implementations, experiment_config, load_params, overlay_replacements,
                              paths, run_config, seeds, stand_in_size, sweep_points)
 from fedbayes.data import DataIntegrityError, DataUnavailableError
 from fedbayes.data.root import fetch_dataset
@@ -283,7 +283,7 @@ def cmd_replay(args) -> None:
         print(f"{d}: {v['line']}{recorded}", flush=True)
     if bad:
         print(f"fedbayes replay: {bad} of {len(args.run_dirs)} runs differ beyond round-off and the seed spread; a change "
-              "that alters numbers bumps its numerics version (the method spec's numerics, or fedbayes/catalog.py "
+              "that alters numbers bumps its numerics version (the method spec's numerics, or fedbayes/study/rerun.py "
               "CORE_NUMERICS)", file=sys.stderr)
         sys.exit(1)
 

@@ -1,6 +1,6 @@
 """What params.yaml may ask beyond its schema's types: names a file system can hold, report names no other
 output owns, sizes within a sane bound, keys that are strings, metrics the registry knows, and a device this
-machine has. ``fedbayes.config.validate`` calls the torch-free checks; ``check_device`` asks torch, and only
+machine has. ``fedbayes.study.validate`` calls the torch-free checks; ``check_device`` asks torch, and only
 where params name a CUDA device (`fedbayes validate`, the Snakefile when its jobs run here, a training job).
 
 Each check returns one line per problem naming the dotted key and the remedy (``ConfigError`` for the device).
@@ -168,7 +168,7 @@ def _too_long(name: str) -> str | None:
 
 
 def _walk(x: Any, path: tuple = ()):
-    """(path, node) of every node of a loaded params tree (``fedbayes.config._value_problems`` has bounded
+    """(path, node) of every node of a loaded params tree (``fedbayes.study.schema._value_problems`` has bounded
     its size first)."""
     stack = [(path, x)]
     while stack:

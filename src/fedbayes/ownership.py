@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedbayes.config import ConfigError, paths
+from fedbayes.study import ConfigError, paths
 
 # what a training or evaluation job writes into its run directory (fedbayes.runfiles reads them)
 RUN_FILES = frozenset({"history.csv", "run.json", "metrics.json", "predictions.npz", "posterior.pt", "selected.json"})

@@ -3,7 +3,7 @@
 ``code_identity()`` is recorded in every run.json (MLflow's ``mlflow.source.git.commit`` reads it) and
 keys every checkpoint: a checkpoint is resumed only by the exact code and library versions that wrote
 it (``resume_key``; a plug-in method's package too, ``plugin_identity``), while a *finished* run is
-adopted by any code that keeps its numbers (the numerics versions in ``fedbayes.catalog``). Torch-free.
+adopted by any code that keeps its numbers (the numerics versions in ``fedbayes.study.rerun``). Torch-free.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Where a run's files live: the one statement of the output layout, read by the CLI, the reports and the
-Snakemake rules (workflow/rules/common.smk). ``roots`` is ``fedbayes.config.paths(params)``, the scale's
+Snakemake rules (workflow/rules/common.smk). ``roots`` is ``fedbayes.study.paths(params)``, the scale's
 output roots; a name may be a Snakemake wildcard (``"{seed}"``), which gives the rules their patterns."""
 
 from __future__ import annotations

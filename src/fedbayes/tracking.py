@@ -66,8 +66,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from fedbayes.machine import class_id
-from fedbayes.catalog import METHOD_VARIANTS, recorded_defaults
-from fedbayes.config import (ConfigError, experiment_config, load_params, paths, seeds, selection_seeds,
+from fedbayes.study import METHOD_VARIANTS, recorded_defaults
+from fedbayes.study import (ConfigError, experiment_config, load_params, paths, seeds, selection_seeds,
                              stand_in_size, swept_points, table_figures)
 from fedbayes.eval.registry import PERCENT as ACC_METRICS  # logged in %, the tables' unit
 from fedbayes.fileio import exclusive_lock, write_text_atomic
@@ -747,7 +747,7 @@ def _retag_selected(session: dict, p: dict, method: str, chosen: str) -> None:
 
 
 def _variant_kinds(method: str) -> dict[str, str]:
-    """variant → "point" | "samples" (fedbayes.catalog); {} for a method the catalogue does not know."""
+    """variant → "point" | "samples" (fedbayes.study.names); {} for a method the catalogue does not know."""
     return METHOD_VARIANTS.get(method, {})
 
 

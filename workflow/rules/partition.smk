@@ -1,16 +1,20 @@
 # One client split per (experiment, seed), shared by every method of the experiment.
 
 
+def partition_code(experiment):  # the split's code and the loaders of the experiment's datasets
+    return codes.rule_code(codes.RULE_CODE["partition"][0] + codes.dataset_modules(experiment_datasets(experiment)))
+
+
 rule partition:
     input:
         data=lambda wc: fixed(datasets_of(wc.experiment)[:1]),
-        code=lambda wc: fixed(code("partition", "engine/seeds.py") + dataset_code(wc.experiment)),
+        code=lambda wc: fixed(partition_code(wc.experiment)),
     output:
         npz=partition_file("{experiment}", "{seed}"),
         figure=partition_figure_of("{experiment}", "{seed}"),
     params:
         cfg=lambda wc: json.dumps(partition_config(config, wc.experiment, int(wc.seed)), sort_keys=True),
-        code=lambda wc: code_hash(code("partition", "engine/seeds.py") + dataset_code(wc.experiment)),
+        code=lambda wc: codes.code_hash(partition_code(wc.experiment)),
     log:
         f"{WORK}/logs/partition/{{experiment}}/seed{{seed}}.log",
     shell:

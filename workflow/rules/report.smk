@@ -12,76 +12,38 @@
 # from src/fedbayes/papers/<paper>.yaml) and a subcategory per table; captions in workflow/report/.
 
 
-def report_category(name):
-    """The report category of a table or toy: its paper's title, or "Headline benchmark" for table1."""
-    import fedbayes
-
-    if "/" not in name:
-        return "Headline benchmark"
-    paper = name.split("/")[0]
-    f = Path(fedbayes.__file__).parent / "papers" / f"{paper}.yaml"
-    return (yaml.safe_load(f.read_text()) or {}).get("title", paper) if f.exists() else paper
+def in_report(path, name, caption, subcategory=None):  # marked for `snakemake --report` once built (a report runs nothing)
+    return report(path, caption=f"../report/{caption}.rst", category=plan.report_category(name, codes.ROOT / "papers"), subcategory=subcategory or name, labels={"file": Path(path).name, "table": name}) if Path(path).exists() else path
 
 
-def in_report(path, name, caption, subcategory=None):
-    """``path`` marked for Snakemake's report, under the paper of table ``name`` — if it exists. The
-    report is a separate invocation that runs nothing (`snakemake --report` after the build): it lists
-    what has been built, and an output not built yet (a figure added since the last table build, a table
-    whose runs are still training) is left out instead of failing the whole report."""
-    if not Path(path).exists():
-        return path
-    return report(path, caption=f"../report/{caption}.rst", category=report_category(name),
-                  subcategory=subcategory or name, labels={"file": Path(path).name, "table": name})
-
-
-
-def missing_marker(experiment, method, files, table_csv):
-    """A run file or selection deleted behind an existing table (or a selection not made yet): Snakemake 9
-    does not rerun an existing table for an input that is missing, nor look behind one whose inputs hang
-    on a checkpoint (the sweep selection), and would say "Nothing to be done". A marker naming what is
-    missing becomes an input, so the table reruns and the jobs that write the missing files run."""
-    missing = [f for f in files if not Path(f).exists()]
-    return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", missing, [table_csv])
+def missing_marker(experiment, method, files, table_csv):  # a run file or selection deleted behind an existing table
+    return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", markers.missing(files), [table_csv])
 
 
 def selected_runs(experiment, method, table_csv):
-    """Input function: the runs of the selected point (all seeds). (The MLflow import is not on a table's
-    path: the table reads the run files; `snakemake mlflow` imports, workflow/rules/track.smk.)
-
-    A pair not selected yet (a method or experiment new to the table, or its selected.json deleted) asks
-    for its selected.json as a plain input, not through the checkpoint, with a marker naming it: Snakemake
-    9 checks neither the params nor the input mtimes of a job that still waits on a checkpoint after the
-    existing selections are read, so waiting on a selection that does not exist yet made the table look up
-    to date ("Nothing to be done") and hid every other edit of it. The table then reruns, the selection
-    job runs (its output is a missing input), and when it finishes Snakemake re-evaluates this function,
-    which then reads the selected point and asks for its runs on every seed. No marker where the table
-    does not exist yet (marker_input): it is built anyway."""
-
+    """Input function: the runs of the selected point (all seeds) and the method's numerics gate where due.
+    Where a selection or a data status does not exist yet it is asked for as a plain input with a marker
+    (Snakemake 9 checks neither the params nor the input mtimes of a job that still waits on a
+    checkpoint, and would say "Nothing to be done"); when its job has run, Snakemake asks again."""
     def inputs(wc):
-        if not experiment_available(experiment):
+        if (available := experiment_available(experiment)) is None:
+            return plan.unrecorded(WORK, experiment_datasets(experiment)) + marker_input(f"{WORK}/missing/data/{experiment}.txt", "rebuilt because of: ", plan.unrecorded(WORK, experiment_datasets(experiment)), [table_csv])
+        if not available:
             return []
-        selected = selected_file(experiment, method)
-        if not Path(selected).exists():
+        if not Path(selected := selected_file(experiment, method)).exists():
             return [selected] + missing_marker(experiment, method, [selected], table_csv)
-        point = selected_point(experiment, method)
-        runs = [run_dir(experiment, method, point, s) for s in seeds(config, experiment, method)]
-        files = [f"{r}/metrics.json" for r in runs] + [f"{r}/history.csv" for r in runs]
-        return files + missing_marker(experiment, method, files + [f"{r}/run.json" for r in runs], table_csv)
+        files, kept = plan.run_inputs([run_dir(experiment, method, selected_point(experiment, method), s) for s in seeds(config, experiment, method)])
+        return files + missing_marker(experiment, method, kept, table_csv) + gate_input(method)
 
     return inputs
 
 
-def table_status(experiments):
-    """Input function: the data status of every dataset of the table's experiments."""
-    return lambda wc: sorted({f"{WORK}/data/{d}.json" for e in experiments for d in experiment_datasets(e)})
+def table_status(experiments):  # the data status of every dataset of the table's experiments
+    return lambda wc: sorted({plan.status_file(WORK, d) for e in experiments for d in experiment_datasets(e)})
 
 
-def sweep_reports(table, spec, experiments):
-    """The sweep reports of a table's experiments: reports/sweeps/<exp>.csv, or, with the table's ``sweeps:
-    beside``, reports/<its folder>/sweep_<exp>.csv (rule sweep_report_beside)."""
-    folder = sweeps_beside(table, spec)
-    where = f"{REPORTS}/{folder}/sweep_{{}}.csv" if folder else f"{REPORTS}/sweeps/{{}}.csv"
-    return lambda wc: [where.format(e) for e in experiments if experiment_available(e)]
+def sweep_reports(table, spec, experiments):  # a table's sweep reports, or the data status not recorded yet
+    return lambda wc: [f for e in experiments for f in ([plan.sweep_report(REPORTS, table, spec, e)] if experiment_available(e) else plan.unrecorded(WORK, experiment_datasets(e)))]
 
 
 TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rule reads the same runs)
@@ -89,13 +51,13 @@ TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rul
 for _table, _spec in config["tables"].items():
     # the (experiment, method) pairs with runs: a param, so adding a method to an experiment rebuilds
     # the table (the profile's rerun-triggers leave out "input")
-    _pairs = table_pairs(_spec)
+    _pairs = plan.table_pairs(config, _spec)
     _exps = list(_pairs)
     TABLE_PAIRS[_table] = _pairs
 
     rule:
         name:
-            f"table_{_table.replace('/', '_')}"
+            plan.job_rule("table", _table)
         input:
             *[selected_runs(e, m, f"{REPORTS}/{_table}.csv") for e, ms in _pairs.items() for m in ms],  # bayesadmm@mean → bayesadmm
             status=table_status(_exps),
@@ -103,7 +65,7 @@ for _table, _spec in config["tables"].items():
             outputs=missing_outputs(f"table/{_table}", [f"{REPORTS}/{_table}.csv", f"{REPORTS}/{_table}.md",
                                     *[f"{REPORTS}/figures/{f}" for f in table_figures(_table, _spec)]],
                                     f"{REPORTS}/{_table}.csv"),
-            code=fixed(code("reports", "papers", "published.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
+            code=fixed(CODE["table"]),
         output:
             csv=in_report(f"{REPORTS}/{_table}.csv", _table, "table"),
             md=in_report(f"{REPORTS}/{_table}.md", _table, "table"),
@@ -112,7 +74,7 @@ for _table, _spec in config["tables"].items():
             spec=json.dumps({k: v for k, v in _spec.items() if k != "sweeps"}, sort_keys=True),  # where, not what
             std_ddof=config.get("std_ddof", 1),
             runs=json.dumps(_pairs, sort_keys=True),
-            code=code_hash(code("reports", "papers", "published.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
+            code=CODE_HASH["table"],
             name=_table,
         log:
             f"{WORK}/logs/table/{_table}.log",
@@ -120,9 +82,7 @@ for _table, _spec in config["tables"].items():
             cli("table") + " {params.name:q} --out {output.csv:q} 2>&1 | tee {log:q}"
 
 
-def all_sweep_reports(wc):
-    """Input function: the sweep reports of every table's experiments (each waits on every method's
-    selection there, so it trains every method of its experiment)."""
+def all_sweep_reports(wc):  # every table's experiments' sweep reports (each trains every method of its experiment)
     return sorted({f for t, s in config["tables"].items() for f in sweep_reports(t, s, list(TABLE_PAIRS[t]))(wc)})
 
 
@@ -135,17 +95,19 @@ for _toy in config.get("toys", {}):
 
     rule:
         name:
-            f"toy_{_toy.replace('/', '_')}"
+            plan.job_rule("toy", _toy)
         input:
-            code=fixed(code("toys", "reports/toys.py", "papers", "published.py")),
-            data=fixed([f"{WORK}/data/{d}.json" for d in TOYS[_toy].datasets]),  # the datasets it reads, fetched
+            code=fixed(CODE["toy"]),
+            # the datasets it reads, fetched: a status not recorded yet only where the toy is built anyway (the
+            # data job it would wait on makes an existing toy rerun; a toy rebuilt for its code reads its data itself)
+            data=lambda wc, toy=_toy: fixed([f for f in map(lambda d: plan.status_file(WORK, d), TOYS[toy].datasets) if Path(f).exists() or not Path(f"{REPORTS}/{toy}.csv").exists()]),
         output:
             csv=in_report(f"{REPORTS}/{_toy}.csv", _toy, "toy"),
             md=in_report(f"{REPORTS}/{_toy}.md", _toy, "toy"),
             figures=[in_report(f"{REPORTS}/figures/{f}", _toy, "toy") for f in TOYS[_toy].figures],  # beside it
         params:
             spec=json.dumps(config["toys"][_toy], sort_keys=True),
-            code=code_hash(code("toys", "reports/toys.py", "papers", "published.py")),
+            code=CODE_HASH["toy"],
             name=_toy,
         log:
             f"{WORK}/logs/toy/{_toy}.log",
@@ -164,13 +126,13 @@ rule scorecard:
         toys=[f"{REPORTS}/{t}.csv" for t in config.get("toys", {})],  # their published cells and figure claims
         causes=[_SC["causes"]] if _SC.get("causes") else [],
         alternates=[a["csv"] for a in _SC.get("alternates", [])],
-        code=fixed(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),
+        code=fixed(CODE["scorecard"]),
     output:  # in Snakemake's report, its own category (once built: see in_report)
         report(SCORECARD, caption="../report/scorecard.rst", category="Reproduction scorecard",
                labels={"file": "README.md"}) if Path(SCORECARD).exists() else SCORECARD,
     params:
         spec=json.dumps(_SC, sort_keys=True),
-        code=code_hash(code("reports/scorecard.py", "reports/verdicts.py", "papers", "published.py")),
+        code=CODE_HASH["scorecard"],
     log:
         f"{WORK}/logs/scorecard.log",
     shell:
@@ -189,14 +151,14 @@ if HEADLINE:
         input:
             table=f"{REPORTS}/{HEADLINE['table']}.csv",
             outputs=missing_outputs("headline", [str(f) for f in headline_plot_files(config)], f"{REPORTS}/metrics"),
-            code=fixed(code("reports/headline.py", "reports/verdicts.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
+            code=fixed(CODE["headline"]),
         output:
             metrics=directory(f"{REPORTS}/metrics"),
             plots=[in_report(str(f), HEADLINE["table"], "headline", "DVC metrics and plots")
                    for f in headline_plot_files(config)],
         params:
             spec=json.dumps(HEADLINE, sort_keys=True),
-            code=code_hash(code("reports/headline.py", "reports/verdicts.py", "reports/cells.py", "reports/selection.py", "runpaths.py", "runfiles.py", "eval/registry.py")),
+            code=CODE_HASH["headline"],
         log:
             f"{WORK}/logs/headline.log",
         shell:
@@ -213,11 +175,11 @@ if stand_in_size(config):
         input:
             tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
             tracked=import_marker(REHEARSAL_IMPORT),
-            code=fixed(code("reports/rehearsal.py")),
+            code=fixed(CODE["rehearsal_summary"]),
         output:
             f"{REPORTS}/summary.md",
         params:
-            code=code_hash(code("reports/rehearsal.py")),
+            code=CODE_HASH["rehearsal_summary"],
         log:
             f"{WORK}/logs/rehearsal_summary.log",
         shell:

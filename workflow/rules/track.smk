@@ -1,5 +1,5 @@
 # MLflow import: not on a table's path (a table reads the run files, never the store), so a table is
-# built without it. `snakemake --cores all mlflow_<table>` (the table's name, "/" as "_": mlflow_table1,
+# built without it. `snakemake --cores all mlflow_<table>` (the table's name, a slash as an underscore: mlflow_table1,
 # mlflow_fedlap_table1) imports that table's runs and no other's; `snakemake --cores all mlflow` every
 # table's (also part of the default target). One job per table imports every run of its (experiment,
 # method) pairs (each sweep point on the selection's seeds, the selected point on every seed) in one
@@ -10,11 +10,10 @@
 # by a file lock (fedbayes.tracking.store_lock). A table's marker (work/mlflow/<table>.runs) records the
 # store and, per MLflow run, its id, key and content hash; it is trusted only where that store holds
 # those runs (fedbayes.tracking.marker_problems). Tags: selected=true|false, content_hash, import_id.
-from fedbayes.tracking import REHEARSAL_IMPORT, imported_runs
+from fedbayes.tracking import REHEARSAL_IMPORT, imported_runs, marker_problems, tracking_uri
 
 
-def method_runs(experiment, method):
-    """(point, seed) of every run of (experiment, method) that is imported; waits for the selection."""
+def method_runs(experiment, method):  # (point, seed) of every imported run of the pair; waits for the selection
     return imported_runs(config, experiment, method, selected_point(experiment, method))
 
 
@@ -22,35 +21,24 @@ def import_marker(group):
     return f"{WORK}/mlflow/{group}.runs"
 
 
-def import_rule(group):
-    return "mlflow_" + re.sub(r"[^A-Za-z0-9]", "_", group)
-
-
-def available_pairs(pairs):
-    """The pairs whose experiment's data this machine has (as the tables: the others' rows say "not run")."""
+def available_pairs(pairs):  # the pairs whose experiment's data this machine has (as the tables: the others' rows say "not run")
     return {e: ms for e, ms in pairs.items() if experiment_available(e)}
 
 
-def store_lost(group):
-    """Input function: an import whose runs are not in the store as imported (it was deleted, runs were
-    removed in the UI, MLFLOW_TRACKING_URI names another store or server) is redone: a marker naming why
-    becomes an input (fedbayes.tracking.marker_problems)."""
+def store_lost(group):  # an import whose runs are not in the store as imported is redone (tracking.marker_problems)
+    return lambda wc: marker_input(f"{WORK}/damaged/mlflow/{group}.txt", "re-imported because ", marker_problems(import_marker(group), tracking_uri(config)), [import_marker(group)])
 
-    def inputs(wc):
-        from fedbayes.tracking import marker_problems, tracking_uri
 
-        return marker_input(f"{WORK}/damaged/mlflow/{group}.txt", "re-imported because ",
-                            marker_problems(import_marker(group), tracking_uri(config)), [import_marker(group)])
+def pairs_status(pairs):  # the data status files of the pairs' experiments not recorded yet
+    return sorted({f for e in pairs for f in plan.unrecorded(WORK, experiment_datasets(e))})
 
-    return inputs
+
+def unrecorded_status(group, pairs):  # data not recorded yet: its status asked for (the data checkpoint), with a marker
+    return lambda wc: pairs_status(pairs) + marker_input(f"{WORK}/missing/mlflow/{group}.txt", "rebuilt because of: ", pairs_status(pairs), [import_marker(group)])
 
 
 def imported_files(pairs):
-    def inputs(wc):
-        return [f"{run_dir(e, m, pt, s)}/{f}" for e, ms in available_pairs(pairs).items() for m in ms
-                for pt, s in method_runs(e, m) for f in ("metrics.json", "history.csv")]
-
-    return inputs
+    return lambda wc: [f"{run_dir(e, m, pt, s)}/{f}" for e, ms in available_pairs(pairs).items() for m in ms for pt, s in method_runs(e, m) for f in ("metrics.json", "history.csv")]
 
 
 def imported_selections(pairs):
@@ -58,28 +46,24 @@ def imported_selections(pairs):
 
 
 def imported_figures(pairs):
-    return lambda wc: sorted({partition_figure_of(e, s) for e, ms in available_pairs(pairs).items() for m in ms
-                              for _, s in method_runs(e, m)})
+    return lambda wc: sorted({partition_figure_of(e, s) for e, ms in available_pairs(pairs).items() for m in ms for _, s in method_runs(e, m)})
 
 
 # import group -> {experiment: [methods]}: each table's pairs; at rehearsal scale one group of every
 # (experiment, method), those in no table too (the rehearsal's summary lists them all)
-IMPORTS = {t: table_pairs(s) for t, s in config["tables"].items()}
-if stand_in_size(config):
-    if REHEARSAL_IMPORT in IMPORTS:
-        raise WorkflowError(f"params: a table may not be named {REHEARSAL_IMPORT!r} at rehearsal scale "
-                            "(the name of the MLflow import of every experiment)")
-    IMPORTS[REHEARSAL_IMPORT] = {e: list(experiment(e)["methods"]) for e in config["experiments"]}
-if len({import_rule(g) for g in IMPORTS}) < len(IMPORTS):
-    raise WorkflowError(f"params: two tables' names give the same MLflow import rule ({sorted(IMPORTS)})")
+try:
+    IMPORTS = plan.import_groups(config, REHEARSAL_IMPORT if stand_in_size(config) else None)
+except ValueError as e:
+    raise WorkflowError(str(e))
 
 for _group, _pairs in IMPORTS.items():
 
     rule:
         name:
-            import_rule(_group)
+            plan.import_rule(_group)
         input:
             lost=store_lost(_group),
+            status=unrecorded_status(_group, _pairs),
             runs=imported_files(_pairs),
             selected=imported_selections(_pairs),
             figures=imported_figures(_pairs),

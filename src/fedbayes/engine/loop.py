@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedbayes.catalog import method_defaults, numerics
-from fedbayes.config import config_hash
+from fedbayes.study import method_defaults, numerics
+from fedbayes.study import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbayes import data as ds
-from fedbayes.config import ConfigError, partition_config, paths, stand_in_size
+from fedbayes.study import ConfigError, partition_config, paths, stand_in_size
 from fedbayes.data.root import open_data_root
 from fedbayes.engine import seeds
 from fedbayes.fileio import exclusive_lock

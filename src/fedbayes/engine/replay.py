@@ -3,7 +3,7 @@
 This is the guard behind the rerun rule (reruns follow numbers, not file hashes): a finished run is
 adopted by new code as long as its configuration and the numerics versions it recorded are current,
 so every change that alters a method's numbers must bump that method's (or the core's) version in
-``fedbayes.catalog``. ``replay_run`` retrains a run's first rounds with the code at hand, from the
+``fedbayes.study.rerun``. ``replay_run`` retrains a run's first rounds with the code at hand, from the
 configuration its ``run.json`` recorded, and returns the history columns that differ bit for bit;
 ``tests/test_replay.py`` runs it on one committed run per method.
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbayes.catalog import FROZEN_DEFAULTS, METHOD_SPECS, method_defaults, numerics
-from fedbayes.config import raw_root, recorded_stand_in
+from fedbayes.study import FROZEN_DEFAULTS, METHOD_SPECS, method_defaults, numerics
+from fedbayes.study import raw_root, recorded_stand_in
 from fedbayes.data import make_synthetic
 from fedbayes.data.root import open_data_root
 from fedbayes.eval.registry import evaluated_column
@@ -481,13 +481,13 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
             if v["outside"] and v["mode"] == "bits":
                 return (f"{method}'s numbers changed without a numerics version bump: {v['outside'][0]} (golden "
                         f"{v['golden']}, {len(v['outside'])} values differ, bit for bit on its own machine class); "
-                        f"bump its spec's numerics (or CORE_NUMERICS in fedbayes/catalog.py) and write its golden, "
+                        f"bump its spec's numerics (or CORE_NUMERICS in fedbayes/study/rerun.py) and write its golden, "
                         f"or revert the change")
             if v["outside"]:
                 return (f"{method}'s numbers changed without a numerics version bump: {v['outside'][0]} (golden "
                         f"{v['golden']}, {len(v['outside'])} values beyond round-off; it was computed on {v['class']}, "
                         f"this machine is {class_id(here)}); if you changed the code: bump its spec's numerics (or "
-                        f"CORE_NUMERICS in fedbayes/catalog.py) and write its golden, or revert the change; if you "
+                        f"CORE_NUMERICS in fedbayes/study/rerun.py) and write its golden, or revert the change; if you "
                         f"changed nothing, this machine rounds beyond the envelope measured on other classes "
                         f"(docs/workflow.md, \"Same numbers on another machine\"): report this line")
             if v["mode"] == "round-off":

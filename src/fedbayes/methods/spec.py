@@ -4,7 +4,7 @@ hyperparameters, needs, where the tensor math lives) and the ``Hyperparameters``
 
 Everything that names methods without running them reads the specs: validation of params.yaml (the
 params schema's method hyperparameters and the sweepable keys are generated from the ``params``
-dataclasses, ``fedbayes.config.complete_schema``), ``fedbayes.catalog`` (variants, numerics versions,
+dataclasses, ``fedbayes.study.complete_schema``), ``fedbayes.study`` (variants, numerics versions,
 code defaults), the DAG and the reports. The implementation (``"module:Class"``) is imported only by
 ``MethodSpec.load``, so none of them imports torch.
 
@@ -250,7 +250,7 @@ class MethodSpec:
     params:         its ``Hyperparameters`` subclass (types, defaults, rules, documentation)
     variants:       prediction variant → ``"point"`` | ``"samples"``; ``""`` is its own prediction,
                     another is reported as ``<key>@<variant>``
-    numerics:       the version of its numbers (the rerun rule, ``fedbayes.catalog``): bump it in the
+    numerics:       the version of its numbers (the rerun rule, ``fedbayes.study.rerun``): bump it in the
                     commit that changes any number one of its runs computes
     needs:          what it needs from the run beyond the clients' data (keys of ``NEEDS``)
     fixed:          hyperparameters the method fixes (``fedep_i`` is FedEP with ``variant: I``)
@@ -309,7 +309,7 @@ class MethodSpec:
     def hparams(self, sweep: bool = False) -> list[str]:
         """The hyperparameters it takes: its ``params``' fields (the shared ones of ``Hyperparameters``,
         local training and evaluation cadence, and its own), or those a sweep grid may vary. A block of
-        params.yaml for this method sets no other key (``fedbayes.config``): the schema's rules are every
+        params.yaml for this method sets no other key (``fedbayes.study``): the schema's rules are every
         method's together, and another method's key there would be accepted and never read."""
         return [f.name for f in dataclasses.fields(self.params) if not sweep or f.metadata["sweep"]]
 
@@ -433,7 +433,7 @@ def implementation_problem(key: str) -> str | None:
     business). Its spec loading is not enough: an implementation missing a dependency validated, and
     every training job of it failed later, one traceback each. Not part of ``method_specs`` (every
     command reads the specs, torch-free); the DAG's validation and ``fedbayes validate`` ask it for the
-    methods params.yaml names (``fedbayes.config.check_implementations``)."""
+    methods params.yaml names (``fedbayes.study.check_implementations``)."""
     spec = method_specs().get(key)
     if spec is None or key not in _SOURCES:
         return None

@@ -17,7 +17,7 @@ import numpy as np
 if TYPE_CHECKING:   # annotations only: the MLflow importer reads PERCENT without paying pandas' import
     import pandas as pd
 
-from fedbayes.config import experiment_config, paths
+from fedbayes.study import experiment_config, paths
 from fedbayes.eval.registry import METRICS, PERCENT
 
 DIGITS = {name: m.digits for name, m in METRICS.items()}   # decimals a table prints (the metric registry)

@@ -22,8 +22,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from fedbayes.catalog import split_variant
-from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.study import split_variant
+from fedbayes.study import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.eval.registry import METRICS as METRIC_INFO
 from fedbayes.fileio import save_figure_atomic
 from fedbayes.methods.spec import method_specs

@@ -24,8 +24,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedbayes.catalog import split_variant
-from fedbayes.config import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.study import split_variant
+from fedbayes.study import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.eval.registry import PERCENT
 from fedbayes.reports import verdicts

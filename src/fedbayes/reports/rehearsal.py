@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedbayes.catalog import split_variant
-from fedbayes.config import (comparable_experiments, experiment_config, paths, seeds, stand_in_size,
+from fedbayes.study import split_variant
+from fedbayes.study import (comparable_experiments, experiment_config, paths, seeds, stand_in_size,
                              swept_points, sweep_points, selection_seeds)
 from fedbayes.fileio import write_text_atomic
 from fedbayes.tracking import REHEARSAL_IMPORT, marker_runs

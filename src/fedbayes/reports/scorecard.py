@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbayes.catalog import split_variant
-from fedbayes.config import ConfigError, paths, stand_in_size, swept_points, table_figures
+from fedbayes.study import split_variant
+from fedbayes.study import ConfigError, paths, stand_in_size, swept_points, table_figures
 from fedbayes.eval.registry import metric as metric_info
 from fedbayes.fileio import load_yaml, write_text_atomic
 from fedbayes.published import load_paper

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbayes.config import paths, selection, selection_seeds, sweep_points
+from fedbayes.study import paths, selection, selection_seeds, sweep_points
 from fedbayes.fileio import write_text_atomic
 from fedbayes.reports.cells import cell_value, diverged_before
 from fedbayes.runfiles import read_metrics, read_selected

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedbayes.catalog import split_variant
-from fedbayes.config import STAND_IN, comparable_experiments, experiment_config, paths, seeds, stand_in_size, table_figures
+from fedbayes.study import split_variant
+from fedbayes.study import STAND_IN, comparable_experiments, experiment_config, paths, seeds, stand_in_size, table_figures
 from fedbayes.fileio import write_text_atomic
 from fedbayes.published import authors_code_value, published_rounds, published_value
 from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,

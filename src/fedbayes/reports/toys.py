@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedbayes.config import paths
+from fedbayes.study import paths
 from fedbayes.fileio import write_text_atomic
 from fedbayes.published import load_paper
 from fedbayes.toys.bayesadmm import data as bayesadmm_data   # numpy and fedbayes.data only: loaded already

@@ -1,6 +1,6 @@
 """Hyperparameter groups several methods' ``Params`` extend (torch-free; ``fedbayes.methods.spec``).
 A default is the value the implementation uses when params.yaml gives none (``REQUIRED``: it must be
-given); a run records the defaults it read (run.json ``defaults``, ``fedbayes.catalog``)."""
+given); a run records the defaults it read (run.json ``defaults``, ``fedbayes.study.rerun``)."""
 
 from __future__ import annotations
 

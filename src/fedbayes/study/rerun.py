@@ -1,29 +1,18 @@
-"""Names params.yaml may use, without importing torch: methods with their prediction variants and
-numerics versions (derived from the method specs, ``fedbayes.methods.spec``), and models. Validation
-(every CLI command and the Snakefile) reads these; importing the implementations would cost every
-non-training job 4 s of torch import. tests/test_config.py checks that the models listed here and the
-implementations (``fedbayes.models.MODELS``) agree."""
+"""The rerun rule: what makes a finished run stale. Its resolved configuration (``config_changes``), the
+numerics versions of its method and of the shared core, and the defaults its method reads from its spec;
+never a source file's edit."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
-from fedbayes.methods.spec import REQUIRED, MethodSpec, code_defaults, method_specs
+from fedbayes.methods.spec import REQUIRED
+from fedbayes.study.names import METHOD_SPECS
 
-# Methods are described once each, in their packages (``fedbayes.methods.<key>`` or an installed package's),
-# registered under the entry-point group ``fedbayes.methods``; the tables below are derived from those specs.
-METHOD_SPECS: dict[str, MethodSpec] = method_specs()
-
-# method → {prediction variant: "point" | "samples"}; "" is the method's own prediction
-# (a sampled variant may be evaluated less often, see engine.loop.evaluated_variants)
-METHOD_VARIANTS: dict[str, dict[str, str]] = {m: dict(s.variants) for m, s in METHOD_SPECS.items()}
-
-# Hyperparameters with a default in the code: a resolved configuration leaves out a value equal to its
-# default, so that declaring the default in params.yaml (or adding a new option) changes no run's
-# configuration and reruns nothing (the ``code_default`` fields of the methods' hyperparameters).
-HPARAM_DEFAULTS: dict[str, object] = code_defaults(METHOD_SPECS)
 
 # Numerics versions: the rerun rule. A finished run is rerun when what it would compute changes — its
 # resolved configuration (params.yaml), or the numerics version of its method or of the shared core
@@ -51,7 +40,7 @@ def numerics(method: str) -> dict[str, int]:
 # the rerun key (workflow/rules/train.smk) holds only a run's defaults that differ from it, so adding
 # the record changed no committed run's key. A hyperparameter the record lacks (a new option) is not a
 # change: its code is new, and a new option that changes numbers bumps the method's numerics version.
-FROZEN_DEFAULTS: dict[str, dict] = json.loads((Path(__file__).parent / "methods" / "frozen_defaults.json").read_text())
+FROZEN_DEFAULTS: dict[str, dict] = json.loads((Path(__file__).parents[1] / "methods" / "frozen_defaults.json").read_text())
 
 
 def method_defaults(method: str, hparams: dict) -> dict:
@@ -95,18 +84,40 @@ def recorded_defaults(info: dict) -> dict:
     return {k: v for k, v in FROZEN_DEFAULTS.get(info["config"]["method"], {}).items() if k not in hp}
 
 
-# model name -> the options params.yaml may give it (``experiments.<e>.model``, besides ``name``): the keyword
-# arguments of its builder in fedbayes.models after (input shape or size, number of classes);
-# tests/test_config.py checks them against the builders' signatures
-MODEL_KEYS: dict[str, tuple[str, ...]] = {
-    "mlp": ("hidden", "activation"),
-    **{name: () for name in ("logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn",
-                             "resnet20_gn", "resnet18_gn", "cnn_dropout")},
-}
-MODEL_NAMES: tuple[str, ...] = tuple(MODEL_KEYS)
+def config_hash(cfg: Any) -> str:
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def split_variant(name: str) -> tuple[str, str]:
-    """``bayesadmm@mean`` → (``bayesadmm``, ``mean``); a plain name has variant ``""``."""
-    base, _, variant = name.partition("@")
-    return base, variant
+RECORDED_ONLY = ("partition_hash",)  # keys training adds to the run configuration (engine-side facts)
+
+
+def config_changes(recorded: dict, current: dict, prefix: str = "", values: bool = False) -> list[str]:
+    """Dotted keys whose value differs between a run's recorded configuration (``run.json``'s
+    ``config``) and the configuration params.yaml gives it now; [] when the run is current. With
+    ``values``, each with its recorded and its current value (``hparams.lr 0.001 -> 0.002``)."""
+    if not prefix:
+        recorded = {k: v for k, v in recorded.items() if k not in RECORDED_ONLY}
+        current = json.loads(json.dumps(current))  # the recorded one went through JSON too
+    out = []
+    for k in sorted(set(recorded) | set(current)):
+        a, b = recorded.get(k, "<absent>"), current.get(k, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_changes(a, b, f"{prefix}{k}.", values)
+        elif a != b and not _same_number(a, b):
+            out.append(f"{prefix}{k}" + (f" {_shown(a)} -> {_shown(b)}" if values else ""))
+    return out
+
+
+def _shown(v) -> str:
+    """A configuration value as a rerun reason shows it: a string as written, anything else as JSON."""
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _same_number(a, b) -> bool:
+    """'1e-05' recorded by older runs (YAML 1.1 reads a point name's 1e-05 as a string) is 1e-05."""
+    if not (isinstance(a, str) ^ isinstance(b, str)) or isinstance(a, bool) or isinstance(b, bool):
+        return False
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False

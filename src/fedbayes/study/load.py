@@ -1,0 +1,28 @@
+"""params.yaml loaded: read, upgraded, its scales' overlay laid in, validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fedbayes.study.layers import with_smoke_overlay
+from fedbayes.study.legacy import upgrade_layout
+from fedbayes.study.reading import load_params_text
+from fedbayes.study.schema import _schema_for, validate
+
+
+def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
+    """Read, schema-check and semantically check params.yaml with its smoke overlay (``with_smoke_overlay``);
+    apply ``scale`` (or params' own)."""
+    path = Path(path)
+    params = as_read(load_params_text(path), path)
+    validate(params, _schema_for(path))
+    if scale is not None:
+        params["scale"] = scale
+    return params
+
+
+def as_read(params: Any, params_path: str | Path) -> Any:
+    """params as every reader takes them (``load_params``, the Snakefile's ``config``), in place: the
+    earlier layout upgraded (``upgrade_layout``) and the smoke overlay laid in (``with_smoke_overlay``)."""
+    return with_smoke_overlay(upgrade_layout(params), params_path)

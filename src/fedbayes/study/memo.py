@@ -1,0 +1,37 @@
+"""One validation pass resolves each experiment, overlay and method block once.
+
+Validation resolves every experiment at every scale and every run's hyperparameters (``check_semantics``),
+asking for the same overlay and experiment hundreds of times (393 ``experiment_config`` and 1,923
+``overlay`` calls, each a deep copy, for today's params.yaml). Within ``resolved_once`` each such
+resolution of one params object is computed once and shared: a pass that only reads (validation) gets
+the same values and pays for each once. Outside it every call resolves afresh and returns its own copy,
+as a caller that edits what it gets needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+_SCOPES: list[dict] = []   # the open passes' resolutions: key -> (params, value); params kept alive so an id is never reused
+
+
+@contextmanager
+def resolved_once() -> Iterator[None]:
+    """Within: resolutions are shared (params must not change, and what is returned must not be edited)."""
+    _SCOPES.append({})
+    try:
+        yield
+    finally:
+        _SCOPES.pop()
+
+
+def memo(kind: str, params: dict, args: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, once per (kind, params object, its scale, args) within ``resolved_once``; every time outside."""
+    if not _SCOPES:
+        return compute()
+    key = (kind, id(params), params.get("scale", "paper"), args)
+    hit = _SCOPES[-1].get(key)
+    if hit is None:
+        hit = _SCOPES[-1][key] = (params, compute())
+    return hit[1]

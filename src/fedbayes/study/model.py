@@ -1,0 +1,168 @@
+"""The study: params.yaml at one scale, validated and resolved into frozen typed objects.
+
+``load_study`` reads, validates and resolves once; what a consumer needs is then a value, not a function
+of the whole params dict: an ``Experiment`` (its settings at the scale, the ``MethodPlan`` of each of its
+methods, its ``PartitionSpec`` per seed), a ``RunSpec`` (one training run: its configuration, exactly
+``run_config``'s, whose hash names the checkpoint, and its rerun key), a ``TableSpec`` (what a table
+plans). Settings are held as canonical JSON text, so an object is hashable and cannot be edited; the
+``config`` properties give a fresh dict each time. tests/test_study_keys.py checks every run's record
+and key against the resolution before these objects existed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from fedbayes.study.layers import stand_in_size
+from fedbayes.study.load import load_params
+from fedbayes.study.memo import resolved_once
+from fedbayes.study.paths import paths
+from fedbayes.study.rerun import config_hash, defaults_key, numerics
+from fedbayes.study.resolve import (experiment_config, partition_config, run_config, seeds, selection,
+                                    selection_seeds, sweep_points, swept_points)
+from fedbayes.study.tables import comparable_experiments, table_figures
+
+
+def _frozen(x) -> str:
+    """A JSON value as the text it is kept as (keys in their order: an experiment's methods are ordered)."""
+    return json.dumps(x)
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """What decides one experiment's split of its data among clients on one seed."""
+    experiment: str
+    seed: int
+    text: str
+
+    @property
+    def config(self) -> dict:
+        """``partition_config``: dataset, subsample, clients, partition scheme, seed."""
+        return json.loads(self.text)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: (experiment, method, sweep point, seed) at a scale, resolved."""
+    experiment: str
+    method: str
+    point: str
+    seed: int
+    scale: str
+    text: str          # its configuration (``run_config``) as JSON
+
+    @property
+    def config(self) -> dict:
+        """Everything that determines the run's numbers: what run.json records and MLflow logs."""
+        return json.loads(self.text)
+
+    @property
+    def hparams(self) -> dict:
+        return self.config["hparams"]
+
+    @property
+    def hash(self) -> str:
+        """The configuration's hash (run.json ``config_hash``; it names the checkpoint)."""
+        return config_hash(self.config)
+
+    @property
+    def rerun_key(self) -> str:
+        """The rerun rule's key beside the configuration: the numerics versions of its method and of the
+        core, and the defaults it reads that differ from the frozen record (``rerun.defaults_key``)."""
+        changed = defaults_key(self.method, self.hparams)
+        return json.dumps({**numerics(self.method), **({"defaults": changed} if changed else {})}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class MethodPlan:
+    """What one method runs in one experiment: its sweep points (grid order), those run before the
+    selection (``swept``), and the seeds of each."""
+    experiment: str
+    method: str
+    points: tuple[str, ...]
+    swept: tuple[str, ...]
+    seeds: tuple[int, ...]
+    selection_seeds: tuple[int, ...]
+
+    def runs(self) -> Iterator[tuple[str, int]]:
+        """(point, seed) of every run the DAG could ask for: each point on every seed it may run."""
+        every = sorted(set(self.seeds) | set(self.selection_seeds))
+        return ((pt, s) for pt in self.points for s in every)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    text: str                                  # its settings at the scale (``experiment_config``) as JSON
+    methods: Mapping[str, MethodPlan]
+    selection: str                             # how its sweep point is chosen (``selection``) as JSON
+    partitions: Mapping[int, PartitionSpec]
+
+    @property
+    def config(self) -> dict:
+        return json.loads(self.text)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    text: str                                  # its block of params.yaml as JSON
+    experiments: tuple[str, ...]               # the ones that run (``comparable_experiments``)
+    figures: tuple[str, ...]                   # under <reports>/figures (``table_figures``)
+
+    @property
+    def spec(self) -> dict:
+        return json.loads(self.text)
+
+
+@dataclass(frozen=True)
+class Study:
+    """params.yaml at one scale, resolved. ``params`` is the validated mapping (for the consumers that
+    still take it); everything else is resolved from it once, here."""
+    scale: str
+    params: Mapping = field(repr=False, compare=False)
+    paths: Mapping[str, str]
+    seeds: tuple[int, ...]
+    stand_in: str | None
+    experiments: Mapping[str, Experiment]
+    tables: Mapping[str, TableSpec]
+
+    @classmethod
+    def resolve(cls, params: dict) -> Study:
+        """The study of validated params (``load_params``) at their scale."""
+        with resolved_once():   # each experiment resolved once; each RunSpec below resolves its own run
+            experiments = {e: _experiment(params, e) for e in params["experiments"]}
+        tables = {t: TableSpec(t, _frozen(spec), tuple(comparable_experiments(spec)), tuple(table_figures(t, spec)))
+                  for t, spec in (params.get("tables") or {}).items()}
+        return cls(params.get("scale", "paper"), params, MappingProxyType(dict(paths(params))), tuple(seeds(params)),
+                   stand_in_size(params), MappingProxyType(experiments), MappingProxyType(tables))
+
+    def run(self, experiment: str, method: str, seed: int, point: str) -> RunSpec:
+        """One run's RunSpec (resolved on demand: a study plans thousands, a job needs one)."""
+        cfg = run_config(self.params, experiment, method, seed, point)
+        return RunSpec(experiment, method, point, seed, self.scale, json.dumps(cfg))
+
+    def runs(self) -> Iterator[RunSpec]:
+        """Every run the DAG could ask for at this scale, in params.yaml's order."""
+        for e, x in self.experiments.items():
+            for m, plan in x.methods.items():
+                for point, seed in plan.runs():
+                    yield self.run(e, m, seed, point)
+
+
+def _experiment(params: dict, name: str) -> Experiment:
+    x = experiment_config(params, name)
+    plans = {m: MethodPlan(name, m, tuple(sweep_points(params, name, m)), tuple(swept_points(params, name, m)),
+                           tuple(seeds(params, name, m)), tuple(selection_seeds(params, name, m)))
+             for m in x["methods"]}
+    parts = {s: PartitionSpec(name, s, _frozen(partition_config(params, name, s))) for s in seeds(params)}
+    return Experiment(name, _frozen(x), MappingProxyType(plans), _frozen(selection(params, name)),
+                      MappingProxyType(parts))
+
+
+def load_study(path: str | Path = "params.yaml", scale: str | None = None) -> Study:
+    """params.yaml (with its overlay) read, validated and resolved at ``scale`` (or its own)."""
+    return Study.resolve(load_params(path, scale))

@@ -1,0 +1,143 @@
+"""The package sources a rule runs, read from the import graph of its entry modules (every ``import`` of a
+fedbayes module, at module level or inside a function), and their content hash: a rule's ``code`` input
+and param, so that an edit of code the rule runs reruns it (Snakemake's own code trigger sees only the
+shell command)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from pathlib import Path
+
+import fedbayes
+from fedbayes.data import DATASETS
+
+ROOT = Path(fedbayes.__file__).parent
+
+
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """``{module name: file}`` of every module under the package ``root``."""
+    out = {}
+    for p in root.rglob("*.py"):
+        parts = [root.name, *p.relative_to(root).with_suffix("").parts]
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _longest(name: str, modules: dict) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _statements(body):
+    """Every statement in ``body``, nested ones (in functions, classes, ``if``, ``try``, ``with``) too:
+    an import is a statement, so expressions need no visit (a full ``ast.walk`` costs seconds here)."""
+    for node in body:
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+
+
+def imports_of(path: Path, name: str, modules: dict) -> set[str]:
+    """The package modules the module ``name`` (file ``path``) imports, wherever the statement is; a
+    relative import resolved against its package; each name resolved to the longest existing module."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in _statements(tree.body):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        found |= {t for n in names if (t := _longest(n, modules)) and t != name}
+    return found
+
+
+def closure(entries, root: Path = ROOT) -> list[Path]:
+    """The files of ``entries`` (module names) and of every package module they import, transitively; a
+    module's parent packages too (their ``__init__`` runs first). Sorted."""
+    return [Path(f) for f in _closure(tuple(entries), str(root))]
+
+
+@functools.cache
+def _modules(root: str) -> dict[str, Path]:
+    return module_files(Path(root))
+
+
+@functools.cache
+def _imports(root: str, module: str) -> frozenset[str]:
+    modules = _modules(root)
+    return frozenset(imports_of(modules[module], module, modules))
+
+
+@functools.cache
+def _closure(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
+    modules = _modules(root)
+    unknown = [e for e in entries if e not in modules]
+    if unknown:
+        raise ValueError(f"not a module of {root}: {', '.join(unknown)}")
+    seen, todo = set(), list(entries)
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        parents = [".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)]
+        todo += [p for p in parents if p in modules] + sorted(_imports(root, m))
+    return tuple(sorted(str(modules[m]) for m in seen))
+
+
+def data_files(parts, root: Path = ROOT) -> list[Path]:
+    """Package data a rule reads (``papers`` → every ``papers/*.yaml``): a folder's YAML files, or a file."""
+    files = []
+    for part in parts:
+        p = root / part
+        files += sorted(f for f in (p.rglob("*.yaml") if p.is_dir() else [p]))
+    return files
+
+
+def rule_code(entries, data=(), root: Path = ROOT) -> list[str]:
+    """The sources a rule runs (``closure`` of its entry modules) and the package data it reads."""
+    return sorted({str(f) for f in [*closure(entries, root), *data_files(data, root)]})
+
+
+def code_hash(files, root: Path = ROOT) -> str:
+    """Content hash of package files, by their path relative to the package (the same in any clone)."""
+    rel = sorted((str(Path(f).resolve().relative_to(Path(root).resolve())), Path(f)) for f in files)
+    h = hashlib.sha256()
+    for name, f in rel:
+        h.update(name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def dataset_modules(datasets) -> list[str]:
+    """The modules defining the loaders of ``datasets`` (registry names): a run's data code."""
+    return sorted({DATASETS[d].loader.__module__ for d in datasets})
+
+
+# The code each rule runs: (its entry modules: those its CLI command calls, package data it reads).
+# tests/test_workflow_plan.py checks that the entries' import graph holds every module the command calls
+# but the command line's plumbing (COMMAND_PLUMBING).
+RULE_CODE = {
+    "evaluate": (["fedbayes.eval.evaluate"], []),
+    "select": (["fedbayes.reports.selection"], []),
+    "table": (["fedbayes.reports.tables", "fedbayes.reports.scorecard"], ["papers"]),
+    "toy": (["fedbayes.reports.toys"], ["papers"]),
+    "scorecard": (["fedbayes.reports.scorecard"], ["papers"]),
+    "headline": (["fedbayes.reports.headline"], []),
+    "rehearsal_summary": (["fedbayes.reports.rehearsal"], []),
+    "partition": (["fedbayes.engine.partitions"], []),
+}
+# Modules a command calls to read its arguments and guard its outputs, not to compute them: their edit
+# reruns no job (the evaluate job of a committed run, which keeps no predictions, could not rerun).
+COMMAND_PLUMBING = {"fedbayes.study", "fedbayes.ownership", "fedbayes.fileio", "fedbayes.runpaths"}

@@ -1,0 +1,145 @@
+"""What the rules plan, from the resolved configuration and the files at hand: a table's runs, data
+availability, sweep reports, MLflow import groups, report categories, and the paper-scale paths refused at
+another scale."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from fedbayes.study import split_variant
+from fedbayes.study import comparable_experiments, experiment_config
+
+
+def effective_text(config: dict) -> str:
+    """The text of the effective configuration the CLI reads (work/params.effective.yaml): JSON, keys in
+    params.yaml's order (an experiment's methods are the order of its reports' rows)."""
+    return json.dumps(config, indent=1)
+
+
+def experiment_datasets(params: dict, experiment: str) -> list[str]:
+    """The datasets an experiment reads: its training set, then its OOD set if any."""
+    e = experiment_config(params, experiment)
+    return [d for d in (e["dataset"], e.get("ood")) if d]
+
+
+def table_pairs(params: dict, spec: dict) -> dict[str, list[str]]:
+    """A table's (experiment, method) pairs with runs, as {experiment: [methods]}: its comparable
+    experiments (a not_comparable one carries published numbers only), each with the table's methods it
+    runs (a prediction variant ``<method>@<variant>`` → its method)."""
+    methods = list(dict.fromkeys(split_variant(m)[0] for m in spec["methods"]))
+    return {e: [m for m in methods if m in experiment_config(params, e)["methods"]]
+            for e in comparable_experiments(spec)}
+
+
+def status_file(work, dataset: str) -> str:
+    """The data step's record of whether ``dataset`` was obtained on this machine."""
+    return f"{work}/data/{dataset}.json"
+
+
+def data_status(work, dataset: str) -> dict | None:
+    """The recorded data status of ``dataset``, or None where the data step has not run (or its record is
+    unreadable: the step runs again)."""
+    try:
+        return json.loads(Path(status_file(work, dataset)).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def availability(work, datasets) -> bool | None:
+    """False when a dataset is recorded unavailable, None when one is not recorded yet (the data step is
+    to run), True when every one was obtained."""
+    statuses = [data_status(work, d) for d in datasets]
+    if any(s is not None and not s.get("available") for s in statuses):
+        return False
+    return None if any(s is None for s in statuses) else True
+
+
+def unrecorded(work, datasets) -> list[str]:
+    """The status files of ``datasets`` the data step has yet to write."""
+    return [status_file(work, d) for d in datasets if data_status(work, d) is None]
+
+
+def run_inputs(run_dirs) -> tuple[list[str], list[str]]:
+    """(the files a table reads of these runs: metrics.json and history.csv, the files whose loss reruns
+    it: those and run.json)."""
+    files = [f"{r}/metrics.json" for r in run_dirs] + [f"{r}/history.csv" for r in run_dirs]
+    return files, files + [f"{r}/run.json" for r in run_dirs]
+
+
+def sweeps_beside(table: str, spec: dict) -> str | None:
+    """The folder under the reports where a table with ``sweeps: beside`` keeps its sweep reports (its
+    own folder), else None."""
+    return (table.rpartition("/")[0] or None) if spec.get("sweeps") == "beside" else None
+
+
+def sweep_report(reports: str, table: str, spec: dict, experiment: str) -> str:
+    """A table's sweep report of ``experiment``: reports/sweeps/<exp>.csv, or beside the table."""
+    folder = sweeps_beside(table, spec)
+    return f"{reports}/{folder}/sweep_{experiment}.csv" if folder else f"{reports}/sweeps/{experiment}.csv"
+
+
+def job_rule(kind: str, name: str) -> str:
+    """The rule of a table or toy: ``table_<name>``, "/" as "_" (table_fedlap_table1)."""
+    return f"{kind}_{name.replace('/', '_')}"
+
+
+def import_rule(group: str) -> str:
+    """The MLflow import rule of a group (a table's name, "/" and the like as "_")."""
+    return "mlflow_" + re.sub(r"[^A-Za-z0-9]", "_", group)
+
+
+def import_groups(params: dict, rehearsal_group: str | None) -> dict[str, dict[str, list[str]]]:
+    """Import group → {experiment: [methods]}: each table's pairs; with ``rehearsal_group`` (at rehearsal
+    scale) one group of every (experiment, method), those in no table too. A clash of names: ValueError."""
+    groups = {t: table_pairs(params, s) for t, s in params["tables"].items()}
+    if rehearsal_group:
+        if rehearsal_group in groups:
+            raise ValueError(f"params: a table may not be named {rehearsal_group!r} at rehearsal scale "
+                             "(the name of the MLflow import of every experiment)")
+        groups[rehearsal_group] = {e: list(experiment_config(params, e)["methods"]) for e in params["experiments"]}
+    if len({import_rule(g) for g in groups}) < len(groups):
+        raise ValueError(f"params: two tables' names give the same MLflow import rule ({sorted(groups)})")
+    return groups
+
+
+def report_category(name: str, papers: Path) -> str:
+    """The report category of a table or toy: its paper's title (``papers/<paper>.yaml``), or "Headline
+    benchmark" for a table outside any paper's folder."""
+    if "/" not in name:
+        return "Headline benchmark"
+    paper = name.split("/")[0]
+    return _paper_title(str(Path(papers) / f"{paper}.yaml"), paper)
+
+
+@functools.lru_cache(maxsize=None)
+def _paper_title(path: str, paper: str) -> str:
+    """A paper's title, read once a process (a table's outputs ask for it each)."""
+    f = Path(path)
+    return (yaml.safe_load(f.read_text()) or {}).get("title", paper) if f.exists() else paper
+
+
+def paper_twin_pattern(reports: str, paper_reports: str, outputs) -> str:
+    """Regex matching the paper-scale twin (under ``paper_reports``) of each output pattern under this
+    scale's ``reports`` (wildcards: any text), never this scale's own outputs; one that matches nothing
+    where there are none."""
+    def twin(pattern):
+        parts = re.split(r"\{[^}]*\}", pattern[len(reports) + 1:])
+        return re.escape(f"{paper_reports}/") + ".+".join(re.escape(x) for x in parts)
+
+    mine = sorted({str(f) for f in outputs if str(f).startswith(f"{reports}/")})
+    if not mine:
+        return "(?!)"
+    return f"(?!{re.escape(reports)}/)(?:" + "|".join(f"(?:{twin(f)})" for f in mine) + ")"
+
+
+def paper_output_refusal(path: str, reports: str, paper_reports: str, scale: str) -> str:
+    """The one line refusing a paper-scale output asked for at another scale, naming the path to ask."""
+    smoke = f"{reports}/{path[len(paper_reports) + 1:]}"
+    return (f"{path} is a paper-scale output; this workflow runs at scale {scale}, whose outputs live under "
+            f"{reports}/ so that they never overwrite the paper-scale ones: ask for {smoke} "
+            f"(e.g. snakemake --cores all {smoke} --config scale={scale})")

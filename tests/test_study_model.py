@@ -1,0 +1,92 @@
+"""The resolved study: frozen typed objects, each experiment resolved once a validation, and the same
+values as the resolution functions (every run's, at every scale: tests/test_study_keys.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from fedbayes.study import experiment_config, load_params, overlay, run_config
+from fedbayes.study.memo import resolved_once
+from fedbayes.study.model import RunSpec, Study, load_study
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke() -> Study:
+    return load_study(REPO / "params.yaml", scale="smoke")
+
+
+def test_a_study_and_its_parts_are_frozen(smoke):
+    e = next(iter(smoke.experiments.values()))
+    plan = next(iter(e.methods.values()))
+    run = smoke.run(e.name, plan.method, plan.seeds[0], plan.points[0])
+    for obj, name in ((smoke, "scale"), (e, "name"), (plan, "points"), (run, "seed")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, None)
+    with pytest.raises(TypeError):
+        smoke.experiments["new"] = e          # a read-only mapping
+    cfg = run.config
+    cfg["hparams"]["lr"] = -1.0                # a copy: the run is unchanged
+    assert run.config["hparams"]["lr"] != -1.0 and hash(run) == hash(RunSpec(**dataclasses.asdict(run)))
+
+
+def test_a_run_spec_is_run_config(smoke):
+    e, x = next(iter(smoke.experiments.items()))
+    m, plan = next(iter(x.methods.items()))
+    run = smoke.run(e, m, plan.seeds[-1], plan.points[-1])
+    assert run.config == run_config(smoke.params, e, m, plan.seeds[-1], plan.points[-1])
+    assert json.loads(run.text) == run.config and run.scale == "smoke" == run.config["scale"]
+    assert run.rerun_key.startswith('{"core": ')
+
+
+def test_within_one_pass_each_resolution_is_computed_once_and_outside_each_call_gets_its_own(monkeypatch):
+    """Validation resolves the same experiment and overlay hundreds of times: within ``resolved_once`` it
+    is computed once (the same object comes back); outside, every call gets a fresh copy to edit."""
+    from fedbayes.study import layers, resolve
+
+    p = load_params(REPO / "params.yaml", scale="rehearsal")
+    e = next(iter(p["experiments"]))
+    calls = {"experiment": 0, "overlay": 0}
+    real_e, real_o = resolve._experiment_config, layers._overlay
+
+    def count(kind, real):
+        def f(*a):
+            calls[kind] += 1
+            return real(*a)
+        return f
+
+    monkeypatch.setattr(resolve, "_experiment_config", count("experiment", real_e))
+    monkeypatch.setattr(layers, "_overlay", count("overlay", real_o))
+    a, b = experiment_config(p, e), experiment_config(p, e)
+    assert a == b and a is not b and calls["experiment"] == 2
+    with resolved_once():
+        c, d = experiment_config(p, e), experiment_config(p, e)
+        o1, o2 = overlay(p), overlay(p)
+    assert c is d and c == a and o1 is o2 and calls["experiment"] == 3 and calls["overlay"] == 3   # (2 for a, b; 1 here)
+    q = dict(p, scale="smoke")                # another params object (another scale) is resolved on its own
+    with resolved_once():
+        experiment_config(q, e)
+        experiment_config(p, e)               # a new pass: resolved anew
+    assert calls["experiment"] == 5
+
+
+def test_validation_resolves_each_experiment_once_a_scale(monkeypatch):
+    """load_params validates at every scale: each experiment is resolved once per scale (69 resolutions for
+    23 experiments; 393 before the pass shared them)."""
+    from fedbayes.study import resolve
+
+    n = {"calls": 0}
+    real = resolve._experiment_config
+
+    def counted(*a):
+        n["calls"] += 1
+        return real(*a)
+
+    monkeypatch.setattr(resolve, "_experiment_config", counted)
+    p = load_params(REPO / "params.yaml")
+    assert n["calls"] == 3 * len(p["experiments"])

@@ -1,0 +1,237 @@
+"""fedbayes.workflow, the planning the Snakemake rules call, tested as functions (no snakemake process):
+the code a rule runs from the import graph, the rerun markers, staleness, data availability, the numerics
+gate, and that no .smk file starts a process."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from fedbayes.workflow import codes, markers, numerics, plan, staleness
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = [REPO / "Snakefile", *sorted((REPO / "workflow/rules").glob("*.smk"))]
+
+
+def rel(files):
+    return {str(Path(f).relative_to(codes.ROOT)) for f in files}
+
+
+def test_a_rules_code_follows_its_imports_function_level_ones_included(tmp_path):
+    pkg = tmp_path / "pk"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub/__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pk import b\n\ndef f():\n    from .sub import c\n")
+    (pkg / "b.py").write_text("import pk.d\n")
+    (pkg / "sub/c.py").write_text("from ..e import x\n")
+    (pkg / "d.py").write_text("")
+    (pkg / "e.py").write_text("x = 1\n")
+    (pkg / "unused.py").write_text("")
+    files = {str(f.relative_to(pkg)) for f in codes.closure(["pk.a"], pkg)}
+    assert files == {"__init__.py", "a.py", "b.py", "d.py", "sub/__init__.py", "sub/c.py", "e.py"}
+    with pytest.raises(ValueError, match="pk.nope"):
+        codes.closure(["pk.nope"], pkg)
+
+
+def test_the_code_lists_hold_the_real_imports():
+    """The hand-written lists missed imports: the evaluate rule's code held eval/ but not runfiles.py or
+    fileio.py, which evaluate.py imports; the table's missed the configuration and rerun modules."""
+    evaluate = rel(codes.rule_code(*codes.RULE_CODE["evaluate"]))
+    assert {"eval/evaluate.py", "eval/metrics.py", "runfiles.py", "fileio.py"} <= evaluate
+    table = rel(codes.rule_code(*codes.RULE_CODE["table"]))
+    assert {"reports/tables.py", "reports/figures.py", "study/resolve.py", "study/rerun.py", "papers/fedlap.yaml"} <= table
+    assert not any(f.startswith("engine/") for f in table)   # a table never trains
+    partition = rel(codes.rule_code(*codes.RULE_CODE["partition"]))
+    assert {"engine/partitions.py", "partition/schemes.py", "engine/seeds.py"} <= partition
+
+
+@pytest.mark.parametrize("rule", sorted(codes.RULE_CODE))
+def test_each_rules_code_holds_what_its_command_calls(rule):
+    """Every module the rule's CLI command (``cmd_<rule>`` in cli.py) calls, by a name imported at the top
+    of cli.py or inside the function, is in the rule's code (but the command line's plumbing). The
+    partition rule's hand-written list named partition/ and engine/seeds.py, not engine/partitions.py,
+    whose write_partition the command calls."""
+    tree = ast.parse((codes.ROOT / "cli.py").read_text())
+    top = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fedbayes")
+           for a in n.names}
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"cmd_{rule}")
+    used = {top[n.id] for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in top}
+    used |= {n.module for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)}
+    modules = codes.module_files()
+    code = set(codes.rule_code(*codes.RULE_CODE[rule]))
+    assert used - codes.COMMAND_PLUMBING
+    assert sorted(m for m in used - codes.COMMAND_PLUMBING if str(modules[m]) not in code) == []
+
+
+def test_code_hash_is_of_content_and_relative_paths(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    h = codes.code_hash([tmp_path / "a.py"], tmp_path)
+    assert h == codes.code_hash([str(tmp_path / "a.py")], tmp_path) and len(h) == 16
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert codes.code_hash([tmp_path / "a.py"], tmp_path) != h
+
+
+def test_a_marker_is_named_by_its_text_and_its_consumers_state(tmp_path):
+    out = tmp_path / "table.csv"
+    assert markers.marker(tmp_path / "m.txt", "why: ", ["a"], [out]) is None   # the consumer runs anyway
+    out.write_text("1")
+    assert markers.marker(tmp_path / "m.txt", "why: ", [], [out]) is None      # nothing to say
+    path, text = markers.marker(tmp_path / "m.txt", "why: ", ["a", "b"], [out])
+    assert text == "why: a, b" and re.fullmatch(r".*/m\.rerun-[0-9a-f]{12}\.txt", path)
+    os.utime(out, ns=(1, 1))   # the consumer rewritten: the same reason is a new marker
+    assert markers.marker(tmp_path / "m.txt", "why: ", ["a", "b"], [out])[0] != path
+
+
+def test_a_forcerun_without_the_forced_rule_is_one_line():
+    assert markers.forcerun_problem("p", "t", False, ["marker"]) is None
+    assert markers.forcerun_problem("p", "t", True, []) is None
+    problem = markers.forcerun_problem("p", "t", False, ["train"], "numerics_check")
+    assert "--forcerun numerics_check" in problem and "\n" not in problem
+
+
+def write_run(d: Path, cfg: dict, numerics_versions=None):
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"config": cfg, **({"numerics": numerics_versions} if numerics_versions else {})}))
+    (d / "history.csv").write_text("round,test/acc\n1,0.5\n")
+
+
+def test_run_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(staleness, "run_problems", lambda d: [])
+    monkeypatch.setattr(staleness, "default_changes", lambda m, hp, ran: {})
+    monkeypatch.setattr(staleness, "numerics", lambda m: {"core": 1, "method": 2})
+    cfg = {"hparams": {"lr": 0.1}, "rounds": 3}
+    assert staleness.run_changes(tmp_path / "never", "m", cfg) == []   # never trained: runs for its outputs
+    write_run(tmp_path / "r", cfg, {"core": 1, "method": 2})
+    assert staleness.run_changes(tmp_path / "r", "m", cfg) == []
+    changed = staleness.run_changes(tmp_path / "r", "m", {**cfg, "rounds": 4})
+    assert changed and "rounds" in changed[0]
+    write_run(tmp_path / "old", cfg)   # no numerics recorded: version 1 of each
+    assert staleness.run_changes(tmp_path / "old", "m", cfg) == ["numerics version of m 1 -> 2"]
+    (tmp_path / "old/history.csv").unlink()
+    assert staleness.run_changes(tmp_path / "old", "m", cfg) == ["history.csv missing"]
+
+
+def test_metrics_changes_compute_the_definitions_only_where_a_metrics_file_is_met(tmp_path, monkeypatch):
+    calls = []
+
+    def definitions():
+        calls.append(1)
+        return "frozen", "now"
+
+    monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], None))
+    assert staleness.metrics_changes(tmp_path, definitions) == ("", []) and not calls
+    monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], {"metric_code": "now"}))
+    assert staleness.metrics_changes(tmp_path, definitions) == ("changed", [])
+    monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], {}))
+    assert staleness.metrics_changes(tmp_path, definitions) == ("changed", ["the metric definitions changed (frozen -> now)"])
+    monkeypatch.setattr(staleness, "metrics_problems", lambda d: (["metrics.json damaged (x)"], None))
+    assert staleness.metrics_changes(tmp_path, definitions) == ("damaged", ["metrics.json damaged (x)"])
+
+
+def test_data_availability_is_read_never_fetched(tmp_path):
+    (tmp_path / "data").mkdir()
+    assert plan.availability(tmp_path, ["a", "b"]) is None   # not recorded: the data step is to run
+    assert plan.unrecorded(tmp_path, ["a", "b"]) == [f"{tmp_path}/data/a.json", f"{tmp_path}/data/b.json"]
+    (tmp_path / "data/a.json").write_text(json.dumps({"available": True}))
+    assert plan.availability(tmp_path, ["a"]) is True and plan.availability(tmp_path, ["a", "b"]) is None
+    (tmp_path / "data/b.json").write_text(json.dumps({"available": False}))
+    assert plan.availability(tmp_path, ["a", "b"]) is False and plan.unrecorded(tmp_path, ["a", "b"]) == []
+    (tmp_path / "data/b.json").write_text("{trunc")   # unreadable: the step runs again
+    assert plan.availability(tmp_path, ["b"]) is None
+
+
+def test_table_pairs_sweeps_and_import_groups():
+    from fedbayes.study import load_params
+
+    p = load_params(REPO / "params.yaml")
+    spec = p["tables"]["table1"]
+    pairs = plan.table_pairs(p, spec)
+    assert pairs and all(set(ms) <= set(p["experiments"][e]["methods"]) for e, ms in pairs.items())
+    assert plan.sweep_report("reports", "fedlap/table1", {"sweeps": "beside"}, "x") == "reports/fedlap/sweep_x.csv"
+    assert plan.sweep_report("reports", "table1", {}, "x") == "reports/sweeps/x.csv"
+    groups = plan.import_groups(p, None)
+    assert groups["table1"] == pairs and plan.import_rule("fedlap/table1") == "mlflow_fedlap_table1"
+    assert plan.job_rule("table", "fedlap/table1") == "table_fedlap_table1"
+    with pytest.raises(ValueError, match="may not be named"):
+        plan.import_groups(p, "table1")
+
+
+def test_report_category_and_the_paper_twin_pattern(tmp_path):
+    (tmp_path / "fedlap.yaml").write_text("title: FedLap paper\n")
+    assert plan.report_category("table1", tmp_path) == "Headline benchmark"
+    assert plan.report_category("fedlap/table1", tmp_path) == "FedLap paper"
+    assert plan.report_category("other/t", tmp_path) == "other"
+    pattern = plan.paper_twin_pattern("reports/smoke", "reports", ["reports/smoke/{t}.csv", "results/x"])
+    assert re.fullmatch(pattern, "reports/table1.csv") and not re.fullmatch(pattern, "reports/smoke/table1.csv")
+    assert plan.paper_twin_pattern("reports/smoke", "reports", []) == "(?!)"
+    assert "ask for reports/smoke/table1.csv" in plan.paper_output_refusal("reports/table1.csv", "reports/smoke", "reports", "smoke")
+
+
+def test_the_numerics_gate_is_due_only_on_a_change(tmp_path, monkeypatch):
+    due = {"m": True}
+    monkeypatch.setattr(numerics, "check_due", lambda m, record, hp: due[m])
+    monkeypatch.setattr(numerics, "run_tag", lambda m, hp: str(hp["x"]))
+    hps = [{"x": 1}, {"x": 2}]
+    path = numerics.gate(tmp_path, "m", numerics.due_hparams(tmp_path, "m", hps))
+    assert re.fullmatch(rf"{tmp_path}/numerics/gate/m\.check-[0-9a-f]{{12}}\.txt", path)
+    record = numerics.record_file(tmp_path, "m")
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")   # a check made since: a new gate if due again
+    assert numerics.gate(tmp_path, "m", hps) != path
+    due["m"] = False           # unchanged code on the same machine: no gate, no job
+    assert numerics.due_hparams(tmp_path, "m", hps) == [] and numerics.gate(tmp_path, "m", []) is None
+
+
+def test_the_method_hparams_are_one_per_code_path():
+    from fedbayes.study import load_params
+    from fedbayes.engine.replay import run_tag
+
+    p = load_params(REPO / "params.yaml")
+    hps = numerics.method_hparams(p, "fedavg")
+    tags = [run_tag("fedavg", hp) for hp in hps]
+    assert hps and len(set(tags)) == len(tags)
+
+
+def smk_python(path: Path) -> str:
+    return path.read_text()
+
+
+def test_planning_starts_no_process():
+    """A dataset fetch and the numerics check ran as subprocesses of input functions: now the data step is
+    a checkpoint and the numerics check a job (rule numerics_check)."""
+    for f in [*RULES, *sorted((codes.ROOT / "workflow").glob("*.py"))]:
+        text = f.read_text()
+        assert not re.search(r"import subprocess|subprocess\.|os\.system|Popen|\bshell\(", text), f
+    text = "\n".join(f.read_text() for f in RULES)
+    assert re.search(r"^checkpoint data:", text, re.M) and re.search(r"^rule numerics_check:", text, re.M)
+
+
+def test_the_rule_files_define_no_long_helpers():
+    """The .smk files keep rules and short input functions: every function body there is at most a few
+    lines (the planning is fedbayes.workflow's)."""
+    long = []
+    for f in RULES:
+        lines = f.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if m := re.match(r"^(\s*)def (\w+)\(", line):
+                indent, body = len(m.group(1)), 0
+                for nxt in lines[i + 1:]:
+                    if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
+                        break
+                    if nxt.strip() and not nxt.strip().startswith(("#", '"""')) and not nxt.strip().endswith('"""'):
+                        body += 1
+                if body > 12:
+                    long.append(f"{f.name}: {m.group(2)} ({body} lines)")
+    assert not long, long
+
+
+def test_run_inputs():
+    files, kept = plan.run_inputs(["r/s0", "r/s1"])
+    assert files == ["r/s0/metrics.json", "r/s1/metrics.json", "r/s0/history.csv", "r/s1/history.csv"]
+    assert kept == files + ["r/s0/run.json", "r/s1/run.json"]
