@@ -48,6 +48,7 @@ RANK = {name: i for i, name in enumerate(reversed(LAYERS))}   # core 0 … cli 4
 HEAVY = ("torch", "matplotlib", "pandas", "scipy", "sklearn", "mlflow")
 LAZY_TORCH = {
     ("fedbayes.engine", "fedbayes.engine.data"),         # the engine's names resolved on first use (PEP 562)
+    ("fedbayes.models", "fedbayes.models.nets"),         # the builders behind the torch-free index (PEP 562)
     ("fedbayes.engine", "fedbayes.engine.loop"),         # the engine's names resolved on first use (PEP 562)
     ("fedbayes.cli", "fedbayes.engine.data"),            # fedbayes train
     ("fedbayes.cli", "fedbayes.engine.loop"),            # fedbayes train

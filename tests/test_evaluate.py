@@ -6,6 +6,7 @@ training gave there."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,9 @@ import torch
 
 from fedbayes.engine import run_federated
 from fedbayes.eval import evaluate as ev
+from fedbayes.eval import metrics
 from fedbayes.eval.evaluate import MetricsChanged, evaluate_run, with_training_rounds
+from fedbayes.eval.registry import METRICS
 from fedbayes.runfiles import read_curves
 
 
@@ -58,6 +61,12 @@ def test_every_kept_round_evaluated_equals_training_at_every_round(tmp_path, syn
     pd.testing.assert_frame_equal(curves[["round", *cols]], hist[["round", *cols]])
 
 
+def ece_over(n_bins: int, monkeypatch) -> None:
+    """A metric definition change, as the registry entry of ECE computing over ``n_bins`` bins."""
+    monkeypatch.setitem(METRICS, "test/ece", replace(METRICS["test/ece"],
+                                                     fn=lambda lp, y: metrics.calibration(lp, y, n_bins=n_bins)["ece"]))
+
+
 def test_a_run_keeping_its_table_rounds_follows_no_metric_change(tmp_path, synthetic_run_data, cfg_factory, monkeypatch):
     cfg = cfg_factory(keep_predictions="table_rounds")
     run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
@@ -67,9 +76,7 @@ def test_a_run_keeping_its_table_rounds_follows_no_metric_change(tmp_path, synth
     hist = pd.read_csv(tmp_path / "history.csv", float_precision="round_trip")   # (pandas' default parser can be 1 ulp off)
     assert read_curves(tmp_path)["test/nll"].tolist() == hist["test/nll"].tolist()
     before = (tmp_path / "metrics.json").read_text()
-    real = ev.classification_metrics   # a metric definition change: ECE over 10 bins instead of 15
-    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: {
-        **real(lp, y, ood), "ece": ev.calibration(lp, y, n_bins=10)["ece"]})
+    ece_over(10, monkeypatch)   # a metric definition change: ECE over 10 bins instead of 15
     with pytest.raises(MetricsChanged, match=r"test/ece of round \d .* rounds 0–1 kept no predictions"):
         evaluate_run(tmp_path)
     assert (tmp_path / "metrics.json").read_text() == before   # nothing half-written
@@ -79,9 +86,7 @@ def test_a_metric_change_re_evaluates_every_round_of_a_run_keeping_them_all(tmp_
                                                                             monkeypatch):
     run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     old = evaluate_run(tmp_path)
-    real = ev.classification_metrics
-    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: {
-        **real(lp, y, ood), "ece": ev.calibration(lp, y, n_bins=10)["ece"]})
+    ece_over(10, monkeypatch)
     new = evaluate_run(tmp_path)
     pred = np.load(tmp_path / "predictions.npz")
     y = pred["y_test"]
@@ -97,11 +102,10 @@ def test_the_metric_fingerprint_follows_definitions_not_code(monkeypatch):
     re-evaluates every run after a definition change (NLL in bits) and after no refactor."""
     a = ev.metrics_fingerprint()
     assert ev.metrics_fingerprint() == a and len(a) == 16
-    real = ev.classification_metrics
-    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: {
-        **real(lp, y, ood), "nll": real(lp, y, ood)["nll"] / np.log(2)})
+    nll = METRICS["test/nll"]
+    monkeypatch.setitem(METRICS, "test/nll", replace(nll, fn=lambda lp, y: metrics.nll(lp, y) / np.log(2)))   # in bits
     assert ev.metrics_fingerprint() != a
-    monkeypatch.setattr(ev, "classification_metrics", lambda lp, y, ood=None: dict(real(lp, y, ood)))   # a refactor
+    monkeypatch.setitem(METRICS, "test/nll", replace(nll, fn=lambda lp, y: -np.mean(lp[np.arange(len(y)), y])))   # a refactor
     assert ev.metrics_fingerprint() == a
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -437,3 +438,19 @@ def test_pachinko_takes_every_point_once_with_superclass_skew():
         make_partition(labels, 30, "pachinko", np.random.default_rng(0))
     with pytest.raises(ValueError, match="exceed"):
         make_partition(labels, 31, "pachinko", np.random.default_rng(0), groups=groups)
+
+
+def test_the_schemes_are_one_table():
+    """params.schema.yaml's scheme names are the table's (fedbayes.partition.schemes.PARTITION_SCHEMES), and
+    what a scheme reads of its dataset is a field every dataset spec has."""
+    import dataclasses
+
+    import yaml
+
+    from fedbayes.data import DatasetSpec
+    from fedbayes.partition import PARTITION_SCHEMES
+
+    schema = yaml.safe_load((Path(__file__).parents[1] / "workflow/schemas/params.schema.yaml").read_text())
+    assert schema["$defs"]["partition"]["properties"]["scheme"]["enum"] == list(PARTITION_SCHEMES)
+    fields = {f.name for f in dataclasses.fields(DatasetSpec)}
+    assert {s.reads for s in PARTITION_SCHEMES.values()} - {None} <= fields

@@ -20,24 +20,35 @@ from .registry import (
 )
 from .sources import MIRRORS_ENV, DataIntegrityError, DataUnavailableError, FileSpec
 
-from . import images, tabular  # noqa: E402,F401  (register their datasets)
-from . import standin  # noqa: E402,F401  (after them: it snapshots the official specs)
+from . import images, registry, tabular  # noqa: E402  (each defines its datasets, SPECS)
+
+# The registry: the datasets of the package's modules (a new module is listed here), then the installed
+# packages'. The stand-ins read it (after it is filled: they keep the official specs).
+for _spec in (*registry.SPECS, *images.SPECS, *tabular.SPECS, *registry.installed()):
+    register(_spec)
+
+from . import standin  # noqa: E402,F401
 
 
 def train_groups(name: str, root=DEFAULT_ROOT):
     """The natural client (e.g. hospital) of every training row of a federated dataset, for the
-    ``natural`` partition scheme."""
-    groups = {"flamby_heart": lambda r: tabular.flamby_centres(r)[0]}
-    if name not in groups:
-        raise ValueError(f"dataset {name!r} has no natural clients; natural splits exist for {sorted(groups)}")
-    return groups[name](root)
+    ``natural`` partition scheme (its spec's ``natural_groups``)."""
+    spec = get_spec(name)
+    if spec.natural_groups is None:
+        have = sorted(n for n, s in DATASETS.items() if s.natural_groups is not None)
+        raise ValueError(f"dataset {name!r} has no natural clients; natural splits exist for {have}")
+    return spec.resolve("natural_groups")(root)
+
 
 def label_groups(name: str, root=DEFAULT_ROOT):
-    """The superclass of every class, (n_classes,) int64, for the ``pachinko`` partition scheme."""
-    groups = {"cifar100": images.cifar100_coarse_of_fine}
-    if name not in groups:
-        raise ValueError(f"dataset {name!r} has no class hierarchy; the pachinko split needs one of {sorted(groups)}")
-    return groups[name](root)
+    """The superclass of every class, (n_classes,) int64, for the ``pachinko`` partition scheme (its
+    spec's ``label_groups``)."""
+    spec = get_spec(name)
+    if spec.label_groups is None:
+        have = sorted(n for n, s in DATASETS.items() if s.label_groups is not None)
+        raise ValueError(f"dataset {name!r} has no class hierarchy; the pachinko split needs one of {have}")
+    return spec.resolve("label_groups")(root)
+
 
 __all__ = [
     "DATASETS",

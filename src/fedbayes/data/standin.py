@@ -45,10 +45,8 @@ CHUNK = 8192  # images generated at a time (bounds memory at paper size; fixed: 
 ZIP_DATE = (2017, 1, 1, 0, 0, 0)
 TAR_MTIME = 1483228800  # 2017-01-01T00:00:00Z
 
-STAND_IN_DATASETS: tuple[str, ...] = (
-    "fmnist", "mnist5k", "mnist", "cifar10", "cifar100", "emnist_letters", "emnist_digits",
-    "emnist_byclass", "svhn", "uci_credit", "flamby_heart",
-)
+# the datasets whose spec names a stand-in generator (DatasetSpec.stand_in), in the registry's order
+STAND_IN_DATASETS: tuple[str, ...] = tuple(n for n, spec in DATASETS.items() if spec.stand_in is not None)
 
 # The official specs, as registered on import (before any activation).
 _OFFICIAL: dict[str, DatasetSpec] = {n: get_spec(n) for n in STAND_IN_DATASETS}
@@ -381,12 +379,8 @@ def _gen_heart(name: str, d: Path, n_train: int, n_test: int, seed: int) -> tupl
     return _heart_sizes()
 
 
-_GENERATORS = {
-    "fmnist": _gen_idx, "mnist": _gen_idx, "mnist5k": _gen_mnist5k, "cifar10": _gen_cifar10,
-    "cifar100": _gen_cifar100, "emnist_letters": _gen_emnist, "emnist_digits": _gen_emnist,
-    "emnist_byclass": _gen_emnist, "svhn": _gen_svhn, "uci_credit": _gen_credit,
-    "flamby_heart": _gen_heart,
-}
+# name -> generator(name, directory, n_train, n_test, seed), as each dataset's spec names it
+_GENERATORS = {n: _OFFICIAL[n].resolve("stand_in") for n in STAND_IN_DATASETS}
 
 
 # ------------------------------------------------------------ public API

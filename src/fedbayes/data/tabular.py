@@ -82,6 +82,8 @@ from .registry import (
 )
 from .sources import DataIntegrityError, FileSpec
 
+SPECS: list[DatasetSpec] = []   # this module's datasets (the registry reads them; nothing registers on import)
+
 UNPINNED = "unpinned"  # md5 placeholder that no file matches; see module docstring
 
 _PIN_HINT = ("the official md5 of {files} is not pinned in fedbayes, so no copy is accepted "
@@ -174,8 +176,9 @@ def load_credit(spec: DatasetSpec, d: Path) -> Arrays:
                   y_test=y[n_train:], n_classes=spec.n_classes)
 
 
-register(DatasetSpec(
+SPECS.append(DatasetSpec(
     name="uci_credit",
+    stand_in="fedbayes.data.standin:_gen_credit",
     description=("UCI Credit Approval (Quinlan 1987), crx.data: 653 complete rows, "
                  "standardised numeric + one-hot categorical, 522/131, '+' = 1"),
     files=(FileSpec(CREDIT_FILE, UNPINNED, None, "all"),),
@@ -263,8 +266,15 @@ def flamby_centres(root: Path | str = DEFAULT_ROOT, name: str = "flamby_heart",
     return ctr, cte
 
 
-register(DatasetSpec(
+def flamby_client_of_rows(root: Path | str = DEFAULT_ROOT) -> np.ndarray:
+    """The hospital of every training row (the ``natural`` partition scheme's clients)."""
+    return flamby_centres(root)[0]
+
+
+SPECS.append(DatasetSpec(
     name="flamby_heart",
+    stand_in="fedbayes.data.standin:_gen_heart",
+    natural_groups=flamby_client_of_rows,
     description=("FLamby Fed-Heart-Disease (Janosi et al. 1988; du Terrail et al. 2022): "
                  "4 hospitals, 13 standardised features, 486/254"),
     files=tuple(FileSpec(f, UNPINNED, None, c) for f, c in zip(HEART_FILES, HEART_CENTRES)),

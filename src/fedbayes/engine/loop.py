@@ -35,7 +35,7 @@ from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
 from fedbayes.frontdoor import check_device
 from fedbayes.machine import machine_class
-from fedbayes.eval.metrics import classification_metrics, predictive_logprobs
+from fedbayes.eval.metrics import metric_values, predictive_logprobs
 from fedbayes.methods import build_method, method_specs
 from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.base import RunContext
@@ -386,9 +386,8 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
         for name, lp in (("test", logp), ("ood", logp_ood)):
             if lp is not None and np.isnan(lp).any():
                 return None, f"non-finite predictions ({variant_key(name, v)} log-probabilities are NaN)"
-        m = classification_metrics(logp, data.y_test.cpu().numpy(), logp_ood)
-        row.update({variant_key(f"test/{k}", v): val for k, val in m.items() if not k.startswith("auroc")})
-        row.update({variant_key(f"ood/{k}", v): val for k, val in m.items() if k.startswith("auroc")})
+        m = metric_values(logp, data.y_test.cpu().numpy(), logp_ood)   # by registry name (test/…, ood/…)
+        row.update({variant_key(name, v): val for name, val in m.items()})
         logps[variant_key("test", v)] = torch.from_numpy(logp)
         if logp_ood is not None:
             logps[variant_key("ood", v)] = torch.from_numpy(logp_ood)
@@ -399,7 +398,7 @@ def _evaluate(method, server, data: RunData, rnd: int, extra: dict, log, cfg) ->
     msg = f"{tag} round {rnd:3d}/{cfg['rounds']}"
     if shown is not None:
         v, m = shown
-        msg += f"  {v + ' ' if v else ''}acc {m['acc']:.4f}  nll {m['nll']:.4f}  ece {m['ece']:.4f}"
+        msg += f"  {v + ' ' if v else ''}acc {m['test/acc']:.4f}  nll {m['test/nll']:.4f}  ece {m['test/ece']:.4f}"
     if "time_s" in extra:
         msg += f"  loss {extra['train/loss']:.4f}  {extra['time_s']:.2f}s"
     log(msg)

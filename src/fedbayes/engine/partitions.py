@@ -12,7 +12,7 @@ from fedbayes.study import ConfigError, partition_config, paths, stand_in_size
 from fedbayes.data.root import open_data_root
 from fedbayes.engine import seeds
 from fedbayes.fileio import exclusive_lock
-from fedbayes.partition import (PartitionIntegrityError, class_counts, load_partition, make_partition,
+from fedbayes.partition import (PARTITION_SCHEMES, PartitionIntegrityError, class_counts, load_partition, make_partition,
                                 plot_partition, save_partition, subsample)
 from fedbayes.runpaths import partition_file
 
@@ -43,14 +43,15 @@ def build_partition(pc: dict, root: str, experiment: str, out: str | Path, figur
         pool = subsample(len(pool), pc["subsample"], rng)
     scheme = dict(pc["partition"])
     name = scheme.pop("scheme")
-    if name == "natural":  # the dataset's own clients (FLamby-Heart: the four hospitals)
+    reads = PARTITION_SCHEMES[name].reads if name in PARTITION_SCHEMES else None
+    if reads == "natural_groups":  # the dataset's own clients (FLamby-Heart: the four hospitals)
         groups = ds.train_groups(pc["dataset"], root=root)[pool]
         local = [np.flatnonzero(groups == g) for g in np.unique(groups)]
         if len(local) != pc["clients"]:
             raise ConfigError(f"experiments.{experiment}: {pc['dataset']} has {len(local)} natural clients, "
                               f"params.yaml says clients: {pc['clients']}")
     else:
-        if name == "pachinko":  # superclass of each class (CIFAR-100's coarse labels)
+        if reads == "label_groups":  # superclass of each class (CIFAR-100's coarse labels)
             scheme["groups"] = ds.label_groups(pc["dataset"], root=root)
         try:
             local = make_partition(arrays.y_train[pool], pc["clients"], name, rng, **scheme)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import log_softmax
 
-from fedbayes.eval.metrics import calibration, classification_metrics
+from fedbayes.eval.metrics import calibration, metric_values
 from fedbayes.eval.registry import EVALUATED
 from fedbayes.fileio import write_text_atomic
 from fedbayes.runfiles import open_predictions, read_history_rows, read_run_info
@@ -30,7 +30,7 @@ TRAINING_ONLY = ("local/",)     # measured in training on models that are not ke
 
 def metrics_fingerprint() -> str:
     """What the metric code makes of a fixed set of predictions (seeded: 300 test points of 10 classes,
-    300 OOD points): a digest of every metric and of the reliability bins. The same digest, the same metric
+    300 OOD points): a digest of every metric the registry has evaluation compute and of the reliability bins. The same digest, the same metric
     definitions; a definition change changes it and a refactor does not (re-evaluation follows numbers, as
     retraining does). Recorded in metrics.json (``metric_code``) and compared by the workflow's evaluate rule,
     which needs no record of Snakemake's for it (a fresh clone, runs committed)."""
@@ -38,7 +38,7 @@ def metrics_fingerprint() -> str:
     logits, ood = rng.normal(scale=3.0, size=(300, 10)), rng.normal(scale=1.0, size=(300, 10))
     logp, logp_ood = (log_softmax(a, axis=1).astype(np.float32) for a in (logits, ood))
     y = rng.integers(0, 10, size=300)
-    values = [prefixed(classification_metrics(logp, y, logp_ood)), calibration(logp, y)["bins"]]
+    values = [metric_values(logp, y, logp_ood), calibration(logp, y)["bins"]]
     # 9 significant digits: a machine's own vector exp/log (numpy's SIMD paths) moves the last bits only
     text = json.dumps(values, sort_keys=True, default=float)
     text = re.sub(r"-?\d+\.\d+(?:[eE][-+]?\d+)?", lambda m: f"{float(m.group()):.9g}", text)
@@ -51,10 +51,6 @@ FROZEN_METRIC_CODE = "2b02eee37f47086e"
 
 class MetricsChanged(RuntimeError):
     """A round without kept predictions cannot follow a changed metric definition."""
-
-
-def prefixed(m: dict) -> dict:
-    return {(f"ood/{k}" if k.startswith("auroc") else f"test/{k}"): v for k, v in m.items()}
 
 
 def with_training_rounds(run_dir: Path, evaluated: dict[str, dict], rows: list[dict[str, str]],
@@ -127,7 +123,7 @@ def evaluate_run(run_dir: str | Path) -> dict:
             if np.isnan(test).all():  # not evaluated at this round (engine: ``mc_every``, ``mc_window: false``)
                 continue
             ood = pred[f"ood_logp{suffix}"][i] if f"ood_logp{suffix}" in pred else None
-            out[str(r)] = prefixed(classification_metrics(test, y, ood))
+            out[str(r)] = metric_values(test, y, ood)
         return out
 
     main = per_round()

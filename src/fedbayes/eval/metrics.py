@@ -1,4 +1,6 @@
-"""Classification metrics for point and Bayesian (sampled) predictions.
+"""Classification metrics for point and Bayesian (sampled) predictions: the definitions the metric
+registry (``fedbayes.eval.registry``) names, and ``metric_values``, which computes every metric the registry
+lists from a round's predictions.
 
 Pinned definitions (project design). p̄(x) = mean over S posterior samples of
 softmax (S = 1 for point estimates; average probabilities, not logits). All
@@ -21,8 +23,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_softmax, logsumexp
 
-METRIC_NAMES = ("acc", "nll", "ece", "mce", "brier")  # in-distribution metrics
-OOD_METRIC_NAMES = ("auroc_entropy", "auroc_maxprob")
+from fedbayes.eval.registry import Metric, evaluated
 
 
 def average_ranks(x: np.ndarray) -> np.ndarray:
@@ -143,11 +144,39 @@ def ood_auroc(logp_in, logp_out) -> dict:
     }
 
 
-def classification_metrics(logp, y, logp_ood=None, n_bins: int = 15) -> dict[str, float]:
-    """acc, nll, ece, mce, brier (+ auroc_entropy, auroc_maxprob when logp_ood is given)."""
-    cal = calibration(logp, y, n_bins)
-    out = {"acc": accuracy(logp, y), "nll": nll(logp, y), "ece": cal["ece"],
-           "mce": cal["mce"], "brier": brier(logp, y)}
+def ece(logp, y) -> float:
+    return calibration(logp, y)["ece"]
+
+
+def mce(logp, y) -> float:
+    return calibration(logp, y)["mce"]
+
+
+def auroc_entropy(logp_in, logp_out) -> float:
+    return ood_auroc(logp_in, logp_out)["auroc_entropy"]
+
+
+def auroc_maxprob(logp_in, logp_out) -> float:
+    return ood_auroc(logp_in, logp_out)["auroc_maxprob"]
+
+
+def metric_values(logp, y, logp_ood=None, metrics: list[Metric] | None = None) -> dict[str, float]:
+    """Registry name → value of every metric evaluation computes (``metrics``: those the registry lists, in
+    its order): a ``test`` metric from ``logp`` and ``y``, an ``ood`` one from ``logp`` and ``logp_ood``
+    (none without an OOD set)."""
+    logp, y = _check(logp, y)
     if logp_ood is not None:
-        out.update(ood_auroc(logp, logp_ood))
+        logp_ood = _check_logp(logp_ood, "logp_ood")
+    out = {}
+    for m in evaluated() if metrics is None else metrics:
+        if m.kind == "test":
+            out[m.name] = float(m.function()(logp, y))
+        elif logp_ood is not None:
+            out[m.name] = float(m.function()(logp, logp_ood))
     return out
+
+
+def classification_metrics(logp, y, logp_ood=None) -> dict[str, float]:
+    """``metric_values`` by key (acc, nll, ece, mce, brier; auroc_entropy, auroc_maxprob when logp_ood is
+    given)."""
+    return {name.partition("/")[2]: v for name, v in metric_values(logp, y, logp_ood).items()}

@@ -259,6 +259,10 @@ class MethodSpec:
                     shared local loop (``Method.local_train``) honours ``constant`` and ``linear_local``;
                     ``cosine_rounds`` needs the round, which only a method passing it to
                     ``core.ivon.lr_schedule`` honours; a method with a loop of its own declares its own
+    family:         the row of panels its learning curves are drawn in (methods of one family share a row);
+                    ``""``: a row of its own, named after its key
+    colour:         its colour in every figure (``#rrggbb``, no two methods alike); ``""``: one of the
+                    figures' spare colours, chosen by its key
     """
 
     key: str
@@ -270,6 +274,8 @@ class MethodSpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     doc: str = ""
     schedules: tuple[str, ...] = ("constant", "linear_local")
+    family: str = ""
+    colour: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -290,6 +296,10 @@ class MethodSpec:
         if not set(self.schedules) <= set(SCHEDULES) or "constant" not in self.schedules:
             problems.append(f"schedules must hold 'constant' and name lr_schedule values {SCHEDULES}, "
                             f"got {self.schedules!r}")
+        if not isinstance(self.family, str):
+            problems.append(f"family must be a string, got {self.family!r}")
+        if not (self.colour == "" or isinstance(self.colour, str) and re.match(r"^#[0-9a-f]{6}$", self.colour)):
+            problems.append(f"colour must be '#rrggbb' (lower case) or '', got {self.colour!r}")
         if set(self.needs) - set(NEEDS):
             problems.append(f"needs: unknown {sorted(set(self.needs) - set(NEEDS))}; known: {sorted(NEEDS)}")
         if problems:

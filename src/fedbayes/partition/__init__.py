@@ -5,6 +5,7 @@ All randomness comes from an explicit ``numpy.random.Generator``.
 
 from .io import PartitionIntegrityError, load_partition, partition_hash, plot_partition, save_partition
 from .schemes import (
+    PARTITION_SCHEMES,
     SCHEMES,
     class_counts,
     dirichlet,
@@ -18,6 +19,7 @@ from .schemes import (
 __all__ = [
     "PartitionIntegrityError",
     "SCHEMES",
+    "PARTITION_SCHEMES",
     "subsample",
     "iid",
     "dirichlet",

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 __all__ = [
     "SCHEMES",
+    "PARTITION_SCHEMES",
+    "Scheme",
     "subsample",
     "iid",
     "dirichlet",
@@ -26,8 +29,6 @@ __all__ = [
     "make_partition",
     "class_counts",
 ]
-
-SCHEMES = ("iid", "dirichlet", "label_dirichlet", "shards")  # random splits, re-drawn per run seed
 
 
 # --------------------------------------------------------------------------- helpers
@@ -408,14 +409,27 @@ def pvi_heterogeneous(labels: Any, n_clients: int, rng: np.random.Generator, cli
                                       rng=int(split_seed))
 
 
-_DISPATCH: dict[str, Callable[..., list[np.ndarray]]] = {
-    "iid": iid,
-    "dirichlet": dirichlet,
-    "label_dirichlet": label_dirichlet,
-    "shards": shards,
-    "pvi_heterogeneous": pvi_heterogeneous,
-    "pachinko": pachinko,
+@dataclass(frozen=True)
+class Scheme:
+    """A partition scheme params.yaml may name (``experiments.<e>.partition.scheme``)."""
+    fn: Callable[..., list[np.ndarray]] | None   # fn(labels, n_clients, rng, **options); None: not from labels
+    seeded: bool = True          # re-drawn per run seed (else fixed: by its own ``split_seed``, or the data's)
+    reads: str | None = None     # what it reads of the dataset beyond its labels: a DatasetSpec field
+
+
+# The one table of the schemes (params.schema.yaml's enum is checked against it, tests/test_partition.py)
+PARTITION_SCHEMES: dict[str, Scheme] = {
+    "iid": Scheme(iid),
+    "dirichlet": Scheme(dirichlet),
+    "label_dirichlet": Scheme(label_dirichlet),
+    "shards": Scheme(shards),
+    "pvi_heterogeneous": Scheme(pvi_heterogeneous, seeded=False),
+    "pachinko": Scheme(pachinko, reads="label_groups"),            # the superclass of each class
+    "natural": Scheme(None, seeded=False, reads="natural_groups"),  # the dataset's own clients (hospitals)
 }
+# random splits of the labels alone, re-drawn per run seed
+SCHEMES = tuple(n for n, s in PARTITION_SCHEMES.items() if s.seeded and s.reads is None)
+_DISPATCH = {n: s.fn for n, s in PARTITION_SCHEMES.items() if s.fn is not None}
 
 
 def make_partition(

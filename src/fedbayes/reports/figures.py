@@ -27,6 +27,7 @@ from fedbayes.study import split_variant
 from fedbayes.study import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.eval.registry import METRICS as METRIC_INFO
 from fedbayes.fileio import save_figure_atomic
+from fedbayes.methods.spec import method_specs
 from fedbayes.published import published_rounds, published_row, published_value
 from fedbayes.reports.cells import experiment_status
 from fedbayes.reports.selection import selected_point
@@ -38,26 +39,8 @@ SPARSE = 3     # a curve evaluated at this many rounds or fewer is drawn as mark
 # (axis label, scale) of every metric the registry draws as a curve
 METRICS = {name: (m.axis_label, m.scale) for name, m in METRIC_INFO.items() if m.curve}
 
-# Families: a row of panels each (a method not listed here, from outside the project, is drawn with FedAvg's).
-FAMILIES = {
-    "FedLap paper (Adam baselines and FedLap)": ["fedavg", "fedprox", "fedadmm", "feddyn", "fedlap", "fedlap_cov",
-                                                 "fedlap_func"],
-    "variational (IVON)": ["bayesadmm", "fedivon"],
-    "expectation propagation (SGD-M)": ["fedavgm", "fedpa", "fedep", "fedsep", "fedep_i", "fedep_m", "fedep_l",
-                                        "fedep_v", "fedsep_i", "fedsep_m", "fedsep_l", "fedsep_v"],
-    "online Laplace and FOLA's baselines (SGD)": ["fola", "fedcurv", "scaffold", "fednova", "fedbe"],
-}
-# Colours: the one table of them, one per method across every figure of the project, no two methods alike;
-# a method from outside the project takes a colour from the spare list (by its name, so it is stable).
-COLORS = {
-    "fedavg": "#1f77b4", "fedprox": "#ff7f0e", "feddyn": "#2ca02c", "fedlap": "#d62728", "fedlap_cov": "#9467bd",
-    "fedlap_func": "#8c564b", "fedadmm": "#393b79",
-    "bayesadmm": "#e7298a", "fedivon": "#1b9e77",
-    "fedavgm": "#666666", "fedpa": "#bcbd22", "fedep": "#08519c", "fedsep": "#54278f",
-    "fedep_i": "#17becf", "fedep_m": "#9edae5", "fedep_l": "#0e6f7a", "fedep_v": "#6baed6",
-    "fedsep_i": "#7570b3", "fedsep_m": "#c5b0d5", "fedsep_l": "#3f3a7a", "fedsep_v": "#b07aa1",
-    "fola": "#d95f02", "fedcurv": "#e6ab02", "scaffold": "#66a61e", "fednova": "#a6761d", "fedbe": "#7f7f7f",
-}
+# A method's family (its row of panels) and colour are its spec's (``MethodSpec.family``, ``.colour``); a
+# method declaring no colour takes one of these spare ones (by its name, so it is stable).
 SPARE = ["#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#ce6dbd"]
 
 
@@ -101,13 +84,15 @@ def _suptitle(fig: Figure, title: str, width_in: float, fontsize: float = 10) ->
 def method_style(name: str) -> dict:
     """``{"color", "ls"}`` of a table method name: the base method's colour, dashed for a variant."""
     base, variant = split_variant(name)
-    color = COLORS.get(base) or SPARE[sum(map(ord, base)) % len(SPARE)]
+    spec = method_specs().get(base)
+    color = (spec.colour if spec else "") or SPARE[sum(map(ord, base)) % len(SPARE)]
     return {"color": color, "ls": "--" if variant else "-"}
 
 
 def family_of(base: str) -> str:
-    """The family (row of panels) of a method; a method from outside the project is drawn with FedAvg."""
-    return next((f for f, ms in FAMILIES.items() if base in ms), next(f for f, ms in FAMILIES.items() if "fedavg" in ms))
+    """The family (row of panels) of a method, its spec's; a method declaring none has a row of its own."""
+    spec = method_specs().get(base)
+    return (spec.family if spec else "") or base
 
 
 def rows_of(methods: list[str]) -> dict[str, str]:

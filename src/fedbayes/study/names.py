@@ -7,6 +7,7 @@ implementations (``fedbayes.models.MODELS``) agree."""
 from __future__ import annotations
 
 from fedbayes.methods.spec import MethodSpec, code_defaults, method_specs
+from fedbayes.models import MODEL_KEYS as INDEX_MODEL_KEYS
 
 # Methods are described once each, in their packages (``fedbayes.methods.<key>`` or an installed package's),
 # registered under the entry-point group ``fedbayes.methods``; the tables below are derived from those specs.
@@ -24,16 +25,9 @@ METHOD_VARIANTS: dict[str, dict[str, str]] = {m: dict(s.variants) for m, s in ME
 HPARAM_DEFAULTS: dict[str, object] = code_defaults(METHOD_SPECS)
 
 
-# model name -> the options params.yaml may give it (``experiments.<e>.model``, besides ``name``): the keyword
-# arguments of its builder in fedbayes.models after (input shape or size, number of classes);
-# tests/test_config.py checks them against the builders' signatures
-MODEL_KEYS: dict[str, tuple[str, ...]] = {
-    "mlp": ("hidden", "activation"),
-    **{name: () for name in ("logistic", "cifar_cnn", "emnist_cnn", "lenet5", "acar_cnn", "mcmahan_cnn",
-                             "resnet20_gn", "resnet18_gn", "cnn_dropout")},
-}
-
-
+# model name -> the options params.yaml may give it (``experiments.<e>.model``, besides ``name``): the torch-free
+# models index (fedbayes.models.INDEX, where each model is listed once)
+MODEL_KEYS: dict[str, tuple[str, ...]] = dict(INDEX_MODEL_KEYS)
 MODEL_NAMES: tuple[str, ...] = tuple(MODEL_KEYS)
 
 

@@ -9,4 +9,5 @@ Params = ProxTerm
 
 # numerics 2: the proximal / dual terms' gradients added in closed form (extra_grad), not through autograd
 SPEC = MethodSpec(key="fedadmm", implementation="fedbayes.methods.fedadmm.algorithm:FedADMM", params=Params,
-                  doc="FedADMM", numerics=2)
+                  doc="FedADMM", numerics=2,
+                  family="FedLap paper (Adam baselines and FedLap)", colour="#393b79")

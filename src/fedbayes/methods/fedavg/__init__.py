@@ -13,4 +13,5 @@ class Params(WeightDecay):
 
 
 SPEC = MethodSpec(key="fedavg", implementation="fedbayes.methods.fedavg.algorithm:FedAvg", params=Params,
-                  doc="FedAvg (McMahan et al. 2017)", needs=frozenset({"local_models"}))
+                  doc="FedAvg (McMahan et al. 2017)", needs=frozenset({"local_models"}),
+                  family="FedLap paper (Adam baselines and FedLap)", colour="#1f77b4")

@@ -19,4 +19,5 @@ class Params(Hyperparameters):
 
 SPEC = MethodSpec(key="fedavgm", implementation="fedbayes.methods.fedavgm.algorithm:FedAvgM", params=Params,
                   doc="FedAvg with SGD-M clients and server (spec 002)",
-                  schedules=("constant",))   # its own SGD-M loop has no schedule
+                  schedules=("constant",),   # its own SGD-M loop has no schedule
+                  family="expectation propagation (SGD-M)", colour="#666666")

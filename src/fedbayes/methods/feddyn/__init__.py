@@ -14,4 +14,5 @@ class Params(ProxTerm):
 # numerics 2: closed-form penalty gradients (extra_grad); also the feddyn@avg prediction (the clients'
 # plain average) beside the cloud model
 SPEC = MethodSpec(key="feddyn", implementation="fedbayes.methods.feddyn.algorithm:FedDyn", params=Params,
-                  doc="FedDyn (Acar et al. 2021)", numerics=2, variants={"": "point", "avg": "point"})
+                  doc="FedDyn (Acar et al. 2021)", numerics=2, variants={"": "point", "avg": "point"},
+                  family="FedLap paper (Adam baselines and FedLap)", colour="#2ca02c")

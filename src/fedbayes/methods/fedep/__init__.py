@@ -40,17 +40,24 @@ class Params(FedAvgMParams):
 NO_SCHEDULE = ("constant",)   # FedAvgM's SGD-M loop (burn-in) and the EP loop have no learning-rate schedule
 
 
-def family(key: str, cls: str, doc: str) -> dict[str, MethodSpec]:
+FAMILY = "expectation propagation (SGD-M)"   # the figures' row of panels (FedAvg-M's and FedPA's too)
+
+
+def family(key: str, cls: str, doc: str, colours: dict[str, str]) -> dict[str, MethodSpec]:
     """``key`` (the class ``cls`` of ``fedbayes.methods.<key>.algorithm``) and its rows ``<key>_i`` …
-    ``<key>_v``, each with the tilted approximation fixed."""
+    ``<key>_v``, each with the tilted approximation fixed; ``colours``: the figures' colour of each key."""
     impl = f"fedbayes.methods.{key}.algorithm:{cls}"
-    out = {key: MethodSpec(key=key, implementation=impl, params=Params, doc=doc, variants=EP_AND_MC, schedules=NO_SCHEDULE)}
+    out = {key: MethodSpec(key=key, implementation=impl, params=Params, doc=doc, variants=EP_AND_MC, schedules=NO_SCHEDULE,
+                           family=FAMILY, colour=colours[key])}
     for v in "IMLV":
-        out[f"{key}_{v.lower()}"] = MethodSpec(key=f"{key}_{v.lower()}", implementation=impl, params=Params,
-                                               doc=f"{cls} with variant {v} (spec 002)", variants=EP_AND_MC,
-                                               fixed={"variant": v}, schedules=NO_SCHEDULE)
+        k = f"{key}_{v.lower()}"
+        out[k] = MethodSpec(key=k, implementation=impl, params=Params, doc=f"{cls} with variant {v} (spec 002)",
+                            variants=EP_AND_MC, fixed={"variant": v}, schedules=NO_SCHEDULE, family=FAMILY,
+                            colour=colours[k])
     return out
 
 
-SPECS = family("fedep", "FedEP", "FedEP (Guo et al. 2023; spec 002)")
+SPECS = family("fedep", "FedEP", "FedEP (Guo et al. 2023; spec 002)",
+               {"fedep": "#08519c", "fedep_i": "#17becf", "fedep_m": "#9edae5", "fedep_l": "#0e6f7a",
+                "fedep_v": "#6baed6"})
 SPEC, SPEC_I, SPEC_M, SPEC_L, SPEC_V = SPECS.values()

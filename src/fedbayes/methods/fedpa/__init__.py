@@ -15,4 +15,5 @@ class Params(FedAvgMParams):
 
 SPEC = MethodSpec(key="fedpa", implementation="fedbayes.methods.fedpa.algorithm:FedPA", params=Params,
                   doc="FedPA (Al-Shedivat et al. 2021; spec 002)",
-                  schedules=("constant",))   # FedAvgM's SGD-M loop, no schedule
+                  schedules=("constant",),   # FedAvgM's SGD-M loop, no schedule
+                  family="expectation propagation (SGD-M)", colour="#bcbd22")

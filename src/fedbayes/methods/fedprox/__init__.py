@@ -13,4 +13,5 @@ class Params(WeightDecay, ProxTerm):
 
 # numerics 2: the proximal / dual terms' gradients added in closed form (extra_grad), not through autograd
 SPEC = MethodSpec(key="fedprox", implementation="fedbayes.methods.fedprox.algorithm:FedProx", params=Params,
-                  doc="FedProx (Li et al. 2020)", numerics=2, needs=frozenset({"local_models"}))
+                  doc="FedProx (Li et al. 2020)", numerics=2, needs=frozenset({"local_models"}),
+                  family="FedLap paper (Adam baselines and FedLap)", colour="#ff7f0e")

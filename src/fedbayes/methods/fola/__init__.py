@@ -19,4 +19,5 @@ class Params(CurvatureParams):
 
 SPEC = MethodSpec(key="fola", implementation="fedbayes.methods.fola.algorithm:FOLA", params=Params,
                   doc="FOLA (spec 004)", needs=frozenset({"local_models"}),
-                  schedules=("constant",))   # its own local loop has no schedule
+                  schedules=("constant",),   # its own local loop has no schedule
+                  family="online Laplace and FOLA's baselines (SGD)", colour="#d95f02")

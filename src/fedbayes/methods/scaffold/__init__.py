@@ -9,4 +9,5 @@ Params = ServerStep
 
 SPEC = MethodSpec(key="scaffold", implementation="fedbayes.methods.scaffold.algorithm:Scaffold", params=Params,
                   doc="SCAFFOLD (Karimireddy et al. 2020; spec 004 §4.4)", needs=frozenset({"local_models"}),
-                  schedules=("constant",))   # its control variates assume a constant SGD step
+                  schedules=("constant",),   # its control variates assume a constant SGD step
+                  family="online Laplace and FOLA's baselines (SGD)", colour="#66a61e")
