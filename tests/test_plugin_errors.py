@@ -139,7 +139,7 @@ def test_an_exception_in_a_plugins_client_update_is_one_line_and_leaves_nothing_
     output is one line naming the method, the file and line of the plug-in that raised and the exception;
     the traceback is in the job's log file only; the run's partial files are gone; and the lock files the
     run took (the trainer's, the partition's) are taken again by the next run, which finishes."""
-    from fedbayes.config import paths
+    from fedbayes.study import paths
 
     env = boom_env(tmp_path)
     params = boom_params(tmp_path, fail_round=2)
