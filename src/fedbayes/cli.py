@@ -29,7 +29,7 @@ from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
 from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
-from fedbayes.reports.toys import TOYS
+from fedbayes.reports.toys import TOYS, toy_csv, toy_files
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir, selected_file
 from fedbayes.tracking import TrackingUnavailable, log_run, tracking_uri, write_marker
@@ -372,6 +372,15 @@ def cmd_toy(args) -> None:
     p = _params(args)
     if args.name not in TOYS:
         raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
+    if args.name not in (p.get("toys") or {}):
+        raise ConfigError(f"toy {args.name!r}: params.yaml has no `toys.{args.name}` block (its toys: "
+                          f"{', '.join(p.get('toys') or {}) or 'none'})")
+    # the toy's own files, or paths outside the workflow's folders (fedbayes.ownership), as `table --out`
+    check_outputs(p, "--out", toy_files(p, args.name, args.out), toy_files(p, args.name, toy_csv(p, args.name)), ".csv")
+    md = Path(args.out).with_suffix(".md")
+    if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a toy's
+        raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a toy's; "
+                          "give another path")
     print(TOYS[args.name].build(p, args.out).to_string(index=False))
 
 
