@@ -45,7 +45,8 @@ table1: setup
 mlflow: setup
 	snakemake --cores all mlflow $(QUIET)
 
-# dvc.yaml's table stages' params lists, from params.yaml (after adding an experiment or method to a table;
+# dvc.yaml's table stages' params lists, committed-run deps and outs, from params.yaml and the committed runs
+# (after adding an experiment or method to a table, or committing runs;
 # `dvc repro` stops and names this target when they are out of date)
 dvc.yaml:
 	python3 workflow/dvc_stages.py

@@ -64,10 +64,11 @@ def copy_repo(repo: Path, dst: Path, edit: Callable[[dict], None] | None = None,
     if edit is not None:
         edit(p)
     (dst / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-    if edit is not None:  # dvc.yaml's params lists follow the edited tables, as `make dvc.yaml` writes them;
-        # params a test makes invalid on purpose (or that name a plug-in only the test's commands see) leave
-        # dvc.yaml as it is: the command under test then reports them itself
-        subprocess.run([sys.executable, "workflow/dvc_stages.py"], cwd=dst, check=False, capture_output=True)
+    # dvc.yaml follows the copy, as `make dvc.yaml` writes it: the params lists the edited tables read, and no
+    # dependency on the repository's committed runs, which the copy does not hold (DVC refuses a stage whose
+    # dependency is missing); params a test makes invalid on purpose (or that name a plug-in only the test's
+    # commands see) leave dvc.yaml as it is: the command under test then reports them itself
+    subprocess.run([sys.executable, "workflow/dvc_stages.py"], cwd=dst, check=False, capture_output=True)
     return dst
 
 

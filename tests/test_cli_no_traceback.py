@@ -125,6 +125,7 @@ ENV_CASES = {
     "FEDBAYES_COMPILE": ("maybe", ["validate"], 2),
     "MLFLOW_TRACKING_URI": ("not a uri; rm -rf", ["validate"], 2),
     "MLFLOW_TRACKING_TOKEN": ("\n", ["methods"], 0),
+    "MLFLOW_ALLOW_FILE_STORE": ("garbage", ["methods"], 0),
     "FEDBAYES_DATA_MIRRORS": (":/nonexistent::{dir}", ["data", "mnist", "--no-download"], 2),
     "FEDBAYES_OFFLINE": ("garbage", ["data", "mnist"], 2),
     "FEDBAYES_VERIFIED_CACHE": ("{dir}", ["methods"], 0),
@@ -182,3 +183,68 @@ def test_numpy_and_torch_start_with_garbage_cpu_caps(repo):
     r = subprocess.run([sys.executable, "-c", "import fedbayes.cli, numpy, torch; torch.ones(3).sum()"],
                        env=env, cwd=repo, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+COMMITTED_RUN = Path(__file__).resolve().parents[1] / "results/runs/fmnist10-iid-k10/fedavg/local_epochs=10/seed0"
+TRACK = ["track", "--experiment", "fmnist10-iid-k10", "--method", "fedavg", "--point", "local_epochs=10", "--seed", "0",
+         "--run-dir"]
+
+
+@pytest.mark.parametrize("uri", ["foo://bar", "file:///dev/null", "mlruns:x"])
+def test_a_tracking_uri_mlflow_cannot_open_is_one_line_before_work(scratch, monkeypatch, uri):
+    """A URI of the right shape but a scheme MLflow has no store for (or its file store, which it refuses)
+    was an MLflow traceback at the import's first call (UnsupportedModelRegistryStoreURIException)."""
+    run_dir = scratch / "run"
+    shutil.copytree(COMMITTED_RUN, run_dir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    code, stderr = run([*TRACK, str(run_dir)])
+    assert code == 2 and one_error_line(code, stderr) and "MLFLOW_TRACKING_URI" in stderr and "sqlite:" in stderr, stderr
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    (scratch / "params.yaml").write_text((scratch / "params.yaml").read_text().replace(
+        "mlflow_uri: sqlite:///mlflow.db", f"mlflow_uri: {uri}", 1))
+    code, stderr = run(["validate"])
+    assert code == 2 and "paths.mlflow_uri" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_a_database_uri_without_its_driver_is_one_line(scratch, monkeypatch):
+    run_dir = scratch / "run"
+    shutil.copytree(COMMITTED_RUN, run_dir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql+nosuchdriver://u@localhost/db")
+    code, stderr = run([*TRACK, str(run_dir)])
+    assert code == 2 and one_error_line(code, stderr) and "driver" in stderr, stderr
+
+
+def test_a_full_disk_under_the_store_is_one_line(scratch, monkeypatch):
+    """SQLite's "database or disk is full" came through SQLAlchemy and MLflow as a traceback."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    run_dir = scratch / "run"
+    shutil.copytree(COMMITTED_RUN, run_dir)
+
+    def full(*a, **k):
+        raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from sqlite3.OperationalError(
+            "database or disk is full")
+
+    monkeypatch.setattr(MlflowClient, "log_batch", full)
+    code, stderr = run([*TRACK, str(run_dir)])
+    assert code == 2 and one_error_line(code, stderr) and "full disk" in stderr, stderr
+
+
+@pytest.mark.parametrize("damage", ["no hparams", "unknown method", "method a list"])
+def test_replay_of_a_damaged_run_json_is_one_line(scratch, damage):
+    """A run.json that parses, with its rounds, but lacks what training reads (hparams) or names a method
+    not installed was a KeyError / ValueError traceback from the replay's training."""
+    import json
+
+    run_dir = scratch / "run"
+    shutil.copytree(COMMITTED_RUN, run_dir)
+    info = json.loads((run_dir / "run.json").read_text())
+    if damage == "no hparams":
+        info["config"].pop("hparams")
+    else:
+        info["config"]["method"] = "nosuch" if damage == "unknown method" else ["fedavg"]
+    (run_dir / "run.json").write_text(json.dumps(info))
+    code, stderr = run(["replay", str(run_dir), "--rounds", "1"])
+    assert code == 2 and one_error_line(code, stderr) and "run.json" in stderr, stderr

@@ -34,27 +34,44 @@ def params() -> dict:
     return load_params(ROOT / "params.yaml")
 
 
-def flagged(tmp_path: Path, edit) -> set[str]:
-    """The stages whose params `dvc status` reports changed after ``edit`` of params.yaml (DVC's own
-    comparison of the params against dvc.lock, in a copy holding only the DVC files and params)."""
+def dvc_copy(d: Path, runs: bool = False) -> Path:
+    """A copy holding only the DVC files and params (and, with ``runs``, the committed runs and .dvcignore)."""
+    d.mkdir(parents=True)
+    for f in ("dvc.yaml", "dvc.lock", "params.yaml", "params.smoke.yaml") + ((".dvcignore",) if runs else ()):
+        shutil.copy(ROOT / f, d / f)
+    if runs:
+        tracked = subprocess.run(["git", "ls-files", "-z", "results/runs"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split("\0")
+        for f in filter(None, tracked):
+            (d / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / f, d / f)
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=d, check=True)
+    return d
+
+
+def changed_deps(d: Path, kind: str, under: str = "") -> set[str]:
+    """The stages of the copy ``d`` one of whose ``kind`` dependencies (under ``under``) `dvc status` reports
+    changed against dvc.lock (DVC's own comparison)."""
     from dvc.repo import Repo
 
-    d = tmp_path / "repo"
-    d.mkdir(parents=True)
-    for f in ("dvc.yaml", "dvc.lock", "params.yaml", "params.smoke.yaml"):
-        shutil.copy(ROOT / f, d / f)
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=d, check=True)
-    text = (d / "params.yaml").read_text()
-    new = edit(text)
-    assert new != text
-    (d / "params.yaml").write_text(new)
     out = set()
     with Repo(str(d)) as repo:
         for stage in repo.index.stages:
             for dep in stage.deps:
-                if type(dep).__name__ == "ParamsDependency" and dep.workspace_status():
+                if type(dep).__name__ == kind and str(dep.def_path).startswith(under) and dep.workspace_status():
                     out.add(stage.name)
     return out
+
+
+def flagged(tmp_path: Path, edit) -> set[str]:
+    """The stages whose params `dvc status` reports changed after ``edit`` of params.yaml (DVC's own
+    comparison of the params against dvc.lock, in a copy holding only the DVC files and params)."""
+    d = dvc_copy(tmp_path / "repo")
+    text = (d / "params.yaml").read_text()
+    new = edit(text)
+    assert new != text
+    (d / "params.yaml").write_text(new)
+    return changed_deps(d, "ParamsDependency")
 
 
 FEDAVG_LINE = "      fedavg: {sweep: {local_epochs: [5, 10]}}\n"
@@ -142,3 +159,75 @@ def test_an_experiment_name_with_a_dot_is_one_dvc_key(name):
     p = params()
     k = generator().key("experiments", name, p["experiments"])
     assert dpath.search(p, k, separator=".")["experiments"] == {name: p["experiments"][name]}
+
+
+def test_a_deleted_or_edited_committed_run_file_flags_the_stages_whose_tables_read_it(tmp_path):
+    """As Snakemake reruns a run whose history.csv was deleted (and the tables that read it), `dvc status`
+    names the stages whose tables read that run, and no other. Before: no stage depended on a run, and
+    `dvc status` / `dvc repro --dry table1` called everything up to date."""
+    d = dvc_copy(tmp_path / "repo", runs=True)
+    assert changed_deps(d, "Dependency", "results/runs") == set()   # dvc.lock holds the committed runs
+    run = d / "results/runs/fmnist10-iid-k10/fedavg/local_epochs=10/seed0"
+    (run / "history.csv").unlink()
+    # fmnist10-iid-k10's FedAvg runs: the headline table, the FedLap and BayesADMM tables
+    assert changed_deps(d, "Dependency", "results/runs") == {"table1", "fedlap_tables", "bayesadmm_tables"}
+    shutil.copy(ROOT / "results/runs/fmnist10-iid-k10/fedavg/local_epochs=10/seed0/history.csv", run / "history.csv")
+    assert changed_deps(d, "Dependency", "results/runs") == set()
+    sel = d / "results/runs/fmnist10-labeldir0.01-k20/fola/selected.json"   # FOLA's runs: the FOLA tables alone
+    sel.write_text(sel.read_text().replace("}", ', "edited": 1}', 1))
+    assert changed_deps(d, "Dependency", "results/runs") == {"fola_tables"}
+    # a run file git does not keep (its predictions, a lock) is not one the tables read
+    (run / "predictions.npz").write_bytes(b"x")
+    (run / ".fedavg.train.lock").write_bytes(b"")
+    assert changed_deps(d, "Dependency", "results/runs/fmnist10-iid-k10") == set()
+
+
+def test_a_stage_depends_on_its_tables_committed_runs_only():
+    """Each table stage's run deps are the committed <runs>/<experiment>/<method> folders of its
+    experiments × its tables' methods: none for an experiment never run here (DVC refuses a stage whose
+    dependency is missing after its command), every committed folder in some stage."""
+    g, p = generator(), params()
+    tracked = subprocess.run(["git", "ls-files", "results/runs"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    committed = {"/".join(f.split("/")[:4]) for f in tracked}
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    seen = set()
+    for name, body in stages.items():
+        runs = {x for x in body.get("deps", []) if x.startswith("results/runs/")}
+        seen |= runs
+        assert runs <= committed, (name, runs - committed)
+        tables = g.stage_tables(str(body.get("cmd", "")), p["tables"])
+        for r in runs:
+            _, _, e, m = r.split("/")
+            assert any(m in {x.split("@")[0] for x in p["tables"][t]["methods"]} and
+                       (e in p["tables"][t]["experiments"] or any(p["experiments"][x].get("selection_from") == e
+                                                                   for x in p["tables"][t]["experiments"]))
+                       for t in tables), (name, r)
+    assert seen == committed
+    assert not any("cifar10" in r for r in seen)   # not run here: no data
+
+
+def test_without_git_the_runs_on_disk_are_the_committed_ones(tmp_path):
+    g = generator()
+    (tmp_path / "results/runs/e1/fedavg/default/seed0").mkdir(parents=True)
+    (tmp_path / "results/runs/e1/fedavg/default/seed0/run.json").write_text("{}")
+    (tmp_path / "results/runs/e1/fedprox/default/seed0").mkdir(parents=True)   # no run file yet
+    (tmp_path / "results/runs/e1/fedprox/default/seed0/checkpoint.pt").write_text("")
+    assert g.committed_runs(tmp_path, "results/runs") == {("e1", "fedavg")}
+
+
+def test_outs_are_generated_with_the_params(tmp_path):
+    """A table whose metrics gain ECE writes a reliability figure; a headline curve added writes its CSVs:
+    `make dvc.yaml` lists them in the stage's outs (before: only the params list followed params.yaml)."""
+    g, p = generator(), params()
+    text = (ROOT / "dvc.yaml").read_text()
+    p["tables"]["fedlap/table1"]["metrics"] = [*p["tables"]["fedlap/table1"]["metrics"], "test/ece"]
+    p["headline"]["curves"] = [*p["headline"]["curves"], "test/ece"]
+    new, changed = g.generate(text, p)
+    assert set(changed) == {"table1", "fedlap_tables"}
+    stages = yaml.safe_load(new)["stages"]
+    outs = lambda s: [next(iter(o)) for o in stages[s]["outs"]]   # noqa: E731
+    assert "${reports_dir}/figures/fedlap_table1_reliability.png" in outs("fedlap_tables")
+    assert {f"${{reports_dir}}/plots/table1_{e}_test_ece.csv" for e in ("fmnist10-iid-k10", "fmnist10-dir-k10")} <= set(outs("table1"))
+    assert all(o == {next(iter(o)): {"cache": False}} for s in stages for o in stages[s].get("outs", [])
+               if isinstance(o, dict) and s != "data")

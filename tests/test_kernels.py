@@ -5,6 +5,7 @@ import itertools
 import math
 import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -152,6 +153,7 @@ def test_a_build_killed_midway_is_cleaned_not_waited_on(tmp_path, monkeypatch):
     import torch.utils.cpp_extension as ext
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.delattr(ext, "FileLock", raising=False)   # a torch whose lock file is a baton (before 2.6)
     build = kernels.build_directory()
     assert build.is_relative_to(tmp_path)
     build.mkdir(parents=True, exist_ok=True)
@@ -169,3 +171,101 @@ def test_a_build_killed_midway_is_cleaned_not_waited_on(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="left by a build that was killed"):
         assert kernels._load() == "loaded"
     assert calls == ["fedbayes_kernels", "fedbayes_kernels"]
+
+
+def test_a_flock_lock_file_is_left_alone_and_not_reported(tmp_path, monkeypatch):
+    """torch 2.6 on holds a flock on <build>/lock, which stays after every build: its existence means no
+    killed build (before: every process's first load warned it removed one 'left by a build that was
+    killed', and removing a held lock file could let a second builder in)."""
+    import warnings
+
+    import torch.utils.cpp_extension as ext
+
+    if not hasattr(ext, "FileLock"):
+        pytest.skip("this torch marks a build by the lock file's existence")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build = kernels.build_directory()
+    build.mkdir(parents=True, exist_ok=True)
+    (build / "lock").write_text("")
+    monkeypatch.setattr(ext, "load", lambda **kw: "loaded")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernels._load() == "loaded"
+    assert (build / "lock").exists()
+
+
+LOADER = """
+import importlib.util, shutil, sys
+import torch.utils.cpp_extension as ext
+from fedbayes.methods.core import kernels
+
+lib = importlib.util.find_spec("_bisect").origin      # a real extension module stands in for the kernels
+build = kernels.build_directory()
+built = []
+
+def load(name, **kw):   # torch's loader: builds the library where there is none, then imports it
+    so = build / "fedbayes_kernels.so"
+    if not so.exists():
+        build.mkdir(parents=True, exist_ok=True)
+        shutil.copy(lib, so)
+        built.append(so)
+    spec = importlib.util.spec_from_file_location("_bisect", so)
+    return importlib.util.module_from_spec(spec)
+
+ext.load = load
+k = kernels._load()
+print("built" if built else "reused", k.__file__)
+"""
+
+
+def _cut_into_last_segment(so):
+    """Truncate a library inside its last loaded segment (what a full disk or a killed copy leaves): the
+    dynamic loader maps it and the process dies of SIGBUS when the missing page is touched."""
+    import struct
+
+    data = so.read_bytes()
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads = [struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize) for i in range(phnum)]
+    offset = max(h[2] for h in loads if h[0] == 1)   # PT_LOAD
+    so.write_bytes(data[:offset + 8])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="an ELF shared library")
+@pytest.mark.parametrize("record", [True, False])
+def test_a_damaged_kernel_library_is_built_again_not_loaded(tmp_path, record):
+    """A compiled kernel library cut short in the build cache loaded (ninja calls it up to date) and every
+    later process died of SIGBUS (rc 135) before training. Now checked before loading — against the hash
+    recorded at its last load, or (a library from before the record) its ELF layout — and built again."""
+    import subprocess
+
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "PYTHONWARNINGS": "default"}
+    run = lambda: subprocess.run([sys.executable, "-c", LOADER], env=env, capture_output=True, text=True)  # noqa: E731
+    first = run()
+    assert first.returncode == 0 and first.stdout.startswith("built"), first.stderr
+    so = next(tmp_path.rglob("fedbayes_kernels.so"))
+    assert run().stdout.startswith("reused")             # intact: loaded as it is
+    if not record:                                         # a library built before the hash was recorded
+        so.with_name(so.name + ".sha256").unlink()
+    _cut_into_last_segment(so)
+    again = run()
+    assert again.returncode == 0, f"rc {again.returncode}: {again.stderr[-500:]}"
+    assert again.stdout.startswith("built") and "is damaged" in again.stderr and "building it again" in again.stderr
+    assert run().stdout.startswith("reused")
+
+
+def test_a_library_whose_contents_changed_is_damaged(tmp_path):
+    """Same size, other bytes (a corrupted block): the recorded hash tells."""
+    import importlib.util
+
+    so = tmp_path / "fedbayes_kernels.so"
+    shutil.copy(importlib.util.find_spec("_bisect").origin, so)
+    assert kernels.library_problem(so) is None
+    kernels.record_library(so)
+    assert kernels.library_problem(so) is None
+    data = bytearray(so.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    so.write_bytes(bytes(data))
+    assert kernels.library_problem(so) == "its contents differ from the build's"
+    so.write_bytes(b"")
+    assert "0 bytes" in kernels.library_problem(so)

@@ -234,6 +234,49 @@ def test_a_method_whose_implementation_cannot_be_imported_is_refused_at_validati
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
 
+def test_a_plugin_declaring_a_need_it_does_not_implement_is_refused_at_validation(tmp_path, repo):
+    """A plug-in whose spec declares ``needs: local_models`` but whose implementation leaves
+    ``local_weights()`` to the base Method (which returns None) validated and ran without its local metrics
+    and without a word. `fedbayes validate` refuses it, naming the need and the hook; a plug-in that
+    inherits the hook (FedAvg's) is not concerned."""
+    pkg = tmp_path / "pkg" / "needy_impl"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from fedbayes.methods.fedavg import Params as FedAvgParams\n"
+        "from fedbayes.methods.spec import MethodSpec\n"
+        "SPEC = MethodSpec(key='fedavg_needy', implementation='needy_impl.algorithm:Algo', params=FedAvgParams,\n"
+        "                  needs=frozenset({'local_models'}))\n"
+        "KEPT = MethodSpec(key='fedavg_kept', implementation='needy_impl.algorithm:Kept', params=FedAvgParams,\n"
+        "                  needs=frozenset({'local_models'}))\n")
+    (pkg / "algorithm.py").write_text(
+        "from fedbayes.methods.core.base import Method\n"
+        "from fedbayes.methods.fedavg.algorithm import FedAvg\n"
+        "class Algo(Method):\n    pass\n"
+        "class Kept(FedAvg):\n    pass\n")
+    info = tmp_path / "site" / "needy_impl-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: needy-impl\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fedbayes.methods]\nfedavg_needy = needy_impl:SPEC\n"
+                                           "fedavg_kept = needy_impl:KEPT\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(tmp_path / "pkg"), str(tmp_path / "site"), os.environ.get("PYTHONPATH")]))}
+    p = read_params(repo)
+    e = p["experiments"]["fmnist10-iid-k10"]
+    p["tables"] = {}
+    p.pop("headline")
+    for key, refused in (("fedavg_needy", True), ("fedavg_kept", False)):
+        p["experiments"] = {"fmnist10-iid-k10": {**e, "methods": {"fedavg": e["methods"]["fedavg"], key: None}}}
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+        out = subprocess.run([sys.executable, "-m", "fedbayes.cli", "validate", "--params", str(tmp_path / "params.yaml")],
+                             env=env, cwd=repo, capture_output=True, text=True)
+        assert "Traceback" not in out.stderr, out.stderr
+        if refused:
+            assert out.returncode == 2, out.stdout[-2000:]
+            assert f"'{key}'" in out.stderr and "needs ['local_models']" in out.stderr and "local_weights()" in out.stderr
+        else:
+            assert out.returncode == 0, out.stderr
+
+
 def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monkeypatch, synthetic_run_data, cfg_factory):
     """A plug-in's package, version and code were recorded nowhere: run.json, MLflow and the checkpoint's
     resume key (``provenance.resume_key``: fedbayes' own sources) were the same whatever the plug-in's code,

@@ -549,8 +549,9 @@ def _tree(root) -> dict:
 
 @pytest.mark.parametrize("name", ["history.csv", "run.json", "metrics.json"])
 @pytest.mark.parametrize("cmd", [["table", "table1"], ["sweep-report", "--experiment", "fmnist10-iid-k10"],
-                                 ["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"]],
-                         ids=["table", "sweep-report", "select"])
+                                 ["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"],
+                                 ["toy", "fedep/table4"]],
+                         ids=["table", "sweep-report", "select", "toy"])
 def test_a_report_command_never_writes_a_run_file(table_params, tmp_path, capsys, monkeypatch, cmd, name):
     """`--out` naming a run's file (or anything under paths.runs) is refused in one line before any work:
     the run's files are its training job's."""
@@ -567,7 +568,9 @@ def test_a_report_command_never_writes_a_run_file(table_params, tmp_path, capsys
     (["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"],
      "runs/fmnist10-dir-k10/fedavg/selected.json"),                                    # another pair's selection
     (["table", "table1"], "work/data/fmnist.csv"),
-], ids=["table", "sweep-report", "select", "work"])
+    (["toy", "fedep/table4"], "reports/table1.csv"),                                  # a table's
+    (["toy", "fedep/table4"], "reports/bayesadmm/figures.csv"),                       # another toy's
+], ids=["table", "sweep-report", "select", "work", "toy", "other-toy"])
 def test_a_report_command_never_writes_another_rules_file(table_params, tmp_path, capsys, monkeypatch, cmd, out):
     target = tmp_path / out
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -588,6 +591,32 @@ def test_a_table_built_elsewhere_leaves_the_workflows_figures_alone(table_params
     assert code == 0, err
     assert ours.read_bytes() == b"the workflow's figure"
     assert (out.parent / "table1_curves.png").stat().st_size > 10_000 and out.with_suffix(".md").exists()
+
+
+def test_a_toy_built_elsewhere_leaves_the_workflows_figures_alone(table_params, tmp_path, capsys, monkeypatch):
+    """`toy --out <elsewhere>` wrote its CSV and .md there but its figures into <reports>/figures, over the
+    workflow's: they go beside --out now; its own CSV still writes the workflow's figures."""
+    figures = tmp_path / "reports" / "figures"
+    figures.mkdir(parents=True)
+    ours = figures / "fedep_fig1.png"
+    ours.write_bytes(b"the workflow's figure")
+    out = tmp_path / "elsewhere" / "t4.csv"
+    code, err = _cli(["toy", "fedep/table4", "--out", str(out)], capsys, monkeypatch, table_params)
+    assert code == 0, err
+    assert ours.read_bytes() == b"the workflow's figure"
+    assert (out.parent / "fedep_fig1.png").stat().st_size > 1_000 and (out.parent / "fedep_fig4_left.png").exists()
+    assert out.with_suffix(".md").exists()
+    code, err = _cli(["toy", "fedep/table4", "--out", str(tmp_path / "reports" / "fedep" / "table4.csv")],
+                     capsys, monkeypatch, table_params)
+    assert code == 0, err
+    assert ours.read_bytes() != b"the workflow's figure"
+
+
+def test_a_toy_missing_from_params_is_one_line(table_params, tmp_path, capsys, monkeypatch):
+    p = copy.deepcopy(table_params)
+    p["toys"].pop("fedep/table4")
+    code, err = _cli(["toy", "fedep/table4", "--out", str(tmp_path / "t.csv")], capsys, monkeypatch, p)
+    assert code == 2 and err.count("\n") == 1 and "toys.fedep/table4" in err and "Traceback" not in err, err
 
 
 def test_a_table_never_overwrites_a_markdown_file_of_its_own(table_params, tmp_path, capsys, monkeypatch):

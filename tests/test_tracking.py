@@ -513,6 +513,18 @@ def test_track_refuses_a_run_that_is_not_the_one_named(finished_run, repo, tmp_p
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_track_refuses_a_stand_in_run_with_the_paper_params(finished_run, repo, tmp_path, monkeypatch, capsys):
+    """A rehearsal's run (stand-in data) tracked with the paper params landed in the paper MLflow experiment
+    tagged scale=paper, as a result: refused in one line, nothing written to the store."""
+    info = json.loads((finished_run / "run.json").read_text())
+    info["config"].update(scale="rehearsal", data="stand-in (tiny)")
+    (finished_run / "run.json").write_text(json.dumps(info))
+    code, err = _track_in_process(repo, tmp_path, monkeypatch, capsys, finished_run)
+    assert code == 2 and err.count("\n") == 1 and "records data 'stand-in (tiny)'" in err and "Traceback" not in err, err
+    assert "--scale rehearsal" in err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_track_refuses_a_folder_under_the_runs_that_is_not_the_runs_own(finished_run, repo, tmp_path, monkeypatch, capsys):
     elsewhere = tmp_path / "results" / "runs" / "fmnist10-iid-k10" / "fedavg" / "scratch"
     shutil.copytree(finished_run, elsewhere)

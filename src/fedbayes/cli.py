@@ -30,7 +30,7 @@ from fedbayes.partition import PartitionIntegrityError
 from fedbayes.provenance import code_identity
 from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import build_summary
-from fedbayes.reports.toys import TOYS
+from fedbayes.reports.toys import TOYS, toy_csv, toy_files
 from fedbayes.runfiles import DamagedFile
 from fedbayes.runpaths import run_dir, selected_file
 from fedbayes.methods.template import new_method
@@ -267,6 +267,11 @@ def cmd_evaluate(args) -> None:
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
 
 
+# the configuration keys a replay's training reads from run.json (fedbayes.config.run_config writes them)
+REPLAYED_CONFIG = ("experiment", "method", "seed", "rounds", "dataset", "clients", "partition", "model", "input_scale",
+                   "hparams")
+
+
 def cmd_replay(args) -> None:
     """Retrain a finished run's first rounds with the code at hand and judge them against its history by
     machine class (engine.replay.replay_verdict): bit-identical, within round-off, within the seed spread,
@@ -281,9 +286,15 @@ def cmd_replay(args) -> None:
         if not (Path(d) / "run.json").exists() or not (Path(d) / "history.csv").exists():
             raise ConfigError(f"{d}: not a finished run (run.json and history.csv are needed)")
         try:
-            of = int(json.loads((Path(d) / "run.json").read_text())["config"]["rounds"])
+            cfg = json.loads((Path(d) / "run.json").read_text())["config"]
+            of = int(cfg["rounds"])
         except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"{d}/run.json is damaged ({type(e).__name__}: {e})") from None
+        if missing := [k for k in REPLAYED_CONFIG if k not in cfg]:   # what the replay's training reads
+            raise ConfigError(f"{d}/run.json is damaged: its config lacks {', '.join(missing)}")
+        if not isinstance(cfg["method"], str) or cfg["method"] not in METHOD_SPECS:
+            raise ConfigError(f"{d}/run.json records method {cfg['method']!r}, which is not installed here "
+                              f"(known: {', '.join(sorted(METHOD_SPECS))})")
         if args.rounds > of:
             raise ConfigError(f"--rounds {args.rounds}: {d} has {of} rounds")
     if args.rows_out:   # the replayed rows only (engine.replay.perturbed_rows' child)
@@ -403,6 +414,15 @@ def cmd_toy(args) -> None:
     p = _params(args)
     if args.name not in TOYS:
         raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
+    if args.name not in (p.get("toys") or {}):
+        raise ConfigError(f"toy {args.name!r}: params.yaml has no `toys.{args.name}` block (its toys: "
+                          f"{', '.join(p.get('toys') or {}) or 'none'})")
+    # the toy's own files, or paths outside the workflow's folders (fedbayes.ownership), as `table --out`
+    check_outputs(p, "--out", toy_files(p, args.name, args.out), toy_files(p, args.name, toy_csv(p, args.name)), ".csv")
+    md = Path(args.out).with_suffix(".md")
+    if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a toy's
+        raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a toy's; "
+                          "give another path")
     print(TOYS[args.name].build(p, args.out).to_string(index=False))
 
 
@@ -439,6 +459,18 @@ def sweep_report_files(p: dict, experiment: str) -> list[Path]:
     return [reports / "sweeps" / f"{experiment}.csv"] + [reports / f / f"sweep_{experiment}.csv" for f in folders]
 
 
+def disk_full(e: BaseException) -> bool:
+    """Is ``e`` (or what it wraps) a full disk: ENOSPC / EDQUOT, or SQLite's "database or disk is full"
+    raised through SQLAlchemy and MLflow?"""
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "disk is full" in str(e).lower() or "no space left on device" in str(e).lower():
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def cmd_track(args) -> None:
     """Import runs into MLflow (tracking.import_runs): the runs given (``--point/--seed/--run-dir``, or every
     ``--run`` of one (experiment, method), in one process so MLflow's import is paid once), written anew;
@@ -469,6 +501,14 @@ def cmd_track(args) -> None:
         n = import_runs(p, refs, args.marker, again=True, log=None)
     except TrackingUnavailable as e:  # one line naming the URI or the store file (tracking.store)
         print(f"fedbayes track: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as e:  # noqa: BLE001  (the store's own exception types: sqlite3, SQLAlchemy, MLflow)
+        if not disk_full(e):
+            raise
+        print(f"fedbayes track: error: the MLflow store {tracking_uri(p)} is on a full disk "
+              f"({(str(e).strip().splitlines() or ['?'])[0][:160]}); free space and track again "
+              "(an import never half-replaces a run: the previous one stays until the new one is finished)",
+              file=sys.stderr)
         sys.exit(2)
     for r, run_id in zip(refs, n["ids"]):
         print(f"MLflow run {run_id} ({r.experiment}/{r.method}/{r.point}/seed{r.seed})", flush=True)

@@ -76,6 +76,8 @@ def name_problems(params: dict) -> list[str]:
         out += [f"tables.{t}: {why}" for why in dict.fromkeys(_too_long(p) for p in parts) if why]
     for k, root in params["paths"].items():
         if k == "mlflow_uri":
+            if why := uri_problem(str(root)):
+                out.append(f"paths.mlflow_uri {str(root)[:80]!r}: {why}")
             continue
         long = next((c for c in str(root).split("/") if len(c.encode()) > NAME_MAX), None)
         if long is not None:
@@ -208,4 +210,24 @@ def environment_problems(env: dict | None = None) -> list[str]:
     if uri and not URI.fullmatch(uri):
         out.append(f"MLFLOW_TRACKING_URI={uri[:80]!r}: not a tracking URI (scheme:path, e.g. sqlite:///mlflow.db or "
                    "http://host:5000, without spaces or shell characters); unset it to use params.yaml's paths.mlflow_uri")
+    elif uri and (why := uri_problem(uri, env)):
+        out.append(f"MLFLOW_TRACKING_URI={uri[:80]!r}: {why}; unset it to use params.yaml's paths.mlflow_uri")
     return out
+
+
+# the tracking stores MLflow opens (a database through SQLAlchemy, `dialect+driver:`, or a server); its file
+# store (`file:`, a bare path) refuses to open unless MLFLOW_ALLOW_FILE_STORE=true
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+def uri_problem(uri: str, env: dict | None = None) -> str | None:
+    """Why MLflow cannot track into ``uri`` (an unknown scheme, its maintenance-mode file store), or None.
+    Said before any work: MLflow itself raises a traceback at the first import."""
+    env = os.environ if env is None else env
+    scheme = uri.partition(":")[0].split("+")[0].lower()
+    if scheme == "file" and str(env.get("MLFLOW_ALLOW_FILE_STORE", "")).lower() == "true":
+        return None
+    if scheme not in TRACKING_SCHEMES:
+        return (f"MLflow cannot track into a {scheme}: store; use one of {', '.join(s + ':' for s in TRACKING_SCHEMES)} "
+                "(e.g. sqlite:///mlflow.db or http://host:5000)")
+    return None

@@ -37,6 +37,7 @@ NEEDS = {
     "server_data": "a share of the training points held out on the server (Method.server_share says how much)",
     "local_models": "local_weights() returns each client's model (local/acc, experiments.<e>.local_eval)",
 }
+NEED_HOOKS = {"server_data": "server_share", "local_models": "local_weights"}   # the Method hook each need asks for
 
 POINT: Mapping[str, str] = {"": "point"}
 SCHEDULES = ("constant", "cosine_rounds", "linear_local")   # lr_schedule (methods/core/ivon.py lr_schedule)
@@ -440,13 +441,30 @@ def implementation_problem(key: str) -> str | None:
     try:
         cls = spec.load()
         # a Method subclass (fedbayes.methods.core.base, which its import imported: no import of it here)
-        if not (isinstance(cls, type) and any(c.__name__ == "Method" and c.__module__.endswith(".core.base")
-                                              for c in cls.__mro__)):
+        if not (isinstance(cls, type) and any(_is_base(c) for c in cls.__mro__)):
             raise TypeError(f"it is a {type(cls).__name__}, not a fedbayes.methods.core.base.Method subclass")
     except Exception as err:  # noqa: BLE001  (whatever its import raises is the plug-in's problem)
         return (f"the implementation {spec.implementation} of the installed method {_SOURCES[key]} cannot be "
                 f"imported: {type(err).__name__}: {err}")
+    if missing := unimplemented_needs(spec, cls):
+        return (f"its spec (installed method {_SOURCES[key]}) declares needs {missing}, but {spec.implementation} "
+                f"does not implement {', '.join(NEED_HOOKS[n] + '()' for n in missing)}: its runs would go without "
+                "them (no local metrics, no server data); implement it or drop the need")
     return None
+
+
+def _is_base(c: type) -> bool:
+    """Is ``c`` fedbayes.methods.core.base.Method (which the implementation's import imported)?"""
+    return c.__name__ == "Method" and c.__module__.endswith(".core.base")
+
+
+def unimplemented_needs(spec: MethodSpec, cls: type) -> list[str]:
+    """The needs ``spec`` declares whose hook (``NEED_HOOKS``) ``cls`` leaves to the base Method, which
+    provides nothing (no local model, no server share): the run would silently go without them."""
+    def defined_by(hook: str) -> type | None:
+        return next((c for c in cls.__mro__ if hook in vars(c)), None)
+
+    return sorted(n for n in spec.needs if (c := defined_by(NEED_HOOKS[n])) is None or _is_base(c))
 
 
 def hparam_rules(specs: Mapping[str, MethodSpec]) -> dict[str, dict]:

@@ -28,6 +28,25 @@ if TYPE_CHECKING:
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
+def toy_csv(p: dict, name: str) -> Path:
+    """The workflow's CSV of toy ``name`` (its rule's output): ``<reports>/<name>.csv``."""
+    return Path(paths(p)["reports"]) / f"{name}.csv"
+
+
+def toy_figure_dir(p: dict, name: str, out: str | Path) -> Path:
+    """Where a toy's figures go: ``<reports>/figures/`` for the workflow's CSV, else beside ``out`` (a toy
+    built elsewhere never rewrites the workflow's figures)."""
+    if Path(out).resolve() == toy_csv(p, name).resolve():
+        return Path(paths(p)["reports"]) / "figures"
+    return Path(out).parent
+
+
+def toy_files(p: dict, name: str, out: str | Path) -> list[Path]:
+    """The files toy ``name`` writes for ``out``: the CSV, its .md and its figures."""
+    out = Path(out)
+    return [out, out.with_suffix(".md")] + [toy_figure_dir(p, name, out) / f for f in TOYS[name].figures]
+
+
 def fedep_table4(p: dict, out: str | Path) -> pd.DataFrame:
     import pandas as pd
 
@@ -48,7 +67,7 @@ def fedep_table4(p: dict, out: str | Path) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     out = Path(out)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
-    fig_dir = Path(paths(p)["reports"]) / "figures"
+    fig_dir = toy_figure_dir(p, "fedep/table4", out)
     gaussian2d.figure1(fig_dir / "fedep_fig1.png")
     gaussian2d.figure4_left(fig_dir / "fedep_fig4_left.png", n_draws=spec["n_draws"], seed=spec["seed"], dtype=dtype,
                    steps=spec["steps"])
@@ -95,7 +114,7 @@ def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
 
     spec = p["toys"]["bayesadmm/figures"]
     f3b, f4, f3a = spec["fig3b"], spec["fig4"], spec["fig3a"]
-    root, fig_dir = paths(p)["raw"], Path(paths(p)["reports"]) / "figures"
+    root, fig_dir = paths(p)["raw"], toy_figure_dir(p, "bayesadmm/figures", out)
     images, labels = bayesadmm_data.load_mnist5k(root)
     problem = problems.mnist_ridge_problem(images, labels, n=f3b["n"], size=f3b["size"], delta=f3b["delta"])
     check = experiments.onestep_check(problem, rounds=f3b["rounds"], c=f3b["c_bayes"], tol=f3b["tol"])

@@ -68,6 +68,8 @@ def open_experiment(session: dict, p: dict, experiment: str):
     except Exception as e:
         if sqlite_path(uri) is not None and any(w in str(e).lower() for w in ("not a database", "malformed")):
             raise damaged(sqlite_path(uri), (str(e).strip().splitlines() or ["?"])[0][:200]) from None
+        if isinstance(e, ImportError) or type(e).__name__ == "NoSuchModuleError":   # a database URI whose driver is not installed
+            raise TrackingUnavailable(f"MLflow tracking store {uri}: its driver is not installed ({e})") from None
         if not is_server(uri):
             raise
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedbayes.study import ConfigError, paths, seeds, selection_seeds, swept_points
+from fedbayes.study import ConfigError, paths, seeds, selection_seeds, stand_in_size, swept_points
 from fedbayes.runfiles import curves_of, read_history, read_metrics, read_run_info, read_selected
 from fedbayes.runpaths import run_dir, selected_file
 from fedbayes.tracking.cells import cell_tags, table_cells
@@ -56,8 +56,9 @@ def check_run_identity(p: dict, experiment: str, method: str, point: str, seed: 
                        info: dict) -> None:
     """The run in ``folder`` is the one named (experiment, method, point, seed): its run.json records it
     (a run.json without a point, written before runs recorded theirs, is taken at its word for the
-    point), and a folder under paths.runs is that run's own. ConfigError in one line otherwise: the
-    store would hold one run's numbers under another's name."""
+    point), and a folder under paths.runs is that run's own; it ran on the data these params track (a
+    stand-in run is never imported as a result: the params' experiment and scale tag would call it one).
+    ConfigError in one line otherwise: the store would hold one run's numbers under another's name."""
     cfg = info["config"]
     named = {"experiment": experiment, "method": method, "point": point, "seed": seed}
     for key, value in named.items():
@@ -65,6 +66,11 @@ def check_run_identity(p: dict, experiment: str, method: str, point: str, seed: 
         if recorded != value:
             raise ConfigError(f"{Path(folder) / 'run.json'} records {key} {recorded!r}, not --{key} {value!r}: "
                               "it is another run's; give that run's arguments or the run directory of this one")
+    data, want = cfg.get("data", "real"), f"stand-in ({stand_in_size(p)})" if stand_in_size(p) else "real"
+    if data != want:
+        raise ConfigError(f"{Path(folder) / 'run.json'} records data {data!r} (scale {cfg.get('scale', '?')!r}), but "
+                          f"these params (scale {p.get('scale', 'paper')!r}) track runs on {want!r} data: track it "
+                          "with the params it ran with (--scale rehearsal for a stand-in run)")
     own, runs = run_dir(paths(p), experiment, method, point, seed), Path(paths(p)["runs"]).resolve()
     if Path(folder).resolve().is_relative_to(runs) and Path(folder).resolve() != own.resolve():
         raise ConfigError(f"{folder} is not the run directory of {experiment}/{method}/{point}/seed{seed} ({own}); "

@@ -42,24 +42,100 @@ def _load():
 
     src = Path(__file__).with_name("kernels.cpp")
     build = build_directory()
-    # One builder at a time under a flock, which the kernel releases when its holder dies. torch's own
-    # lock (a file, "lock", in the build folder) is left behind by a build killed midway, and every later
-    # load would wait on it forever: holding the flock, nobody else is building, so such a file is stale.
+    # One builder at a time under a flock, which the kernel releases when its holder dies.
     with exclusive_lock(build.parent / f"{build.name}.build"):
         for attempt in (1, 2):
-            stale = build / "lock"
-            if stale.exists():
-                warnings.warn(f"kernels: removing {stale}, left by a build that was killed", RuntimeWarning, stacklevel=2)
-                stale.unlink()
+            _remove_stale_baton(build)
+            # A library cut short (a full disk, a killed copy) still loads: the loader maps the missing pages
+            # and the process dies of SIGBUS at the first touch, every time, as ninja calls it up to date.
+            # Checked before loading against its ELF layout and the hash recorded when it last loaded.
+            if damaged := [f"{so.name}: {why}" for so in sorted(build.glob("*.so")) if (why := library_problem(so))]:
+                warnings.warn(f"kernels: the compiled library in {build} is damaged ({'; '.join(damaged)}); "
+                              "building it again", RuntimeWarning, stacklevel=2)
+                shutil.rmtree(build, ignore_errors=True)
             try:
-                return load(name="fedbayes_kernels", sources=[str(src)], verbose=False,
-                            extra_cflags=["-O3", "-mavx2", "-mfma", "-fno-math-errno"])
+                k = load(name="fedbayes_kernels", sources=[str(src)], verbose=False,
+                         extra_cflags=["-O3", "-mavx2", "-mfma", "-fno-math-errno"])
             except (OSError, ImportError, RuntimeError):
                 if attempt == 2 or not build.exists():
                     raise
                 # a build left half-written (a truncated library, a killed compiler): built again from scratch
                 warnings.warn(f"kernels: the build in {build} is broken; building it again", RuntimeWarning, stacklevel=2)
                 shutil.rmtree(build, ignore_errors=True)
+            else:
+                if getattr(k, "__file__", None):
+                    record_library(Path(k.__file__))
+                return k
+
+
+def _remove_stale_baton(build: Path) -> None:
+    """torch before 2.6 marked a build in progress by the mere existence of ``<build>/lock`` (a baton),
+    which a build killed midway left behind, and every later load waited on it forever: under our flock
+    nobody else is building, so such a file is stale. Later torch holds a flock on that file instead (its
+    existence means nothing, and removing it could let a builder outside fedbayes in): left alone."""
+    import torch.utils.cpp_extension as ext
+
+    stale = build / "lock"
+    if not hasattr(ext, "FileLock") and stale.exists():
+        warnings.warn(f"kernels: removing {stale}, left by a build that was killed", RuntimeWarning, stacklevel=3)
+        stale.unlink()
+
+
+def _record(so: Path) -> Path:
+    return so.with_name(so.name + ".sha256")
+
+
+def _digest(so: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(so.read_bytes()).hexdigest()
+
+
+def record_library(so: Path) -> None:
+    """Record the hash and size of a library that loaded and built as torch built it (``<so>.sha256``)."""
+    from fedbayes.fileio import write_text_atomic
+
+    try:
+        write_text_atomic(_record(so), f"{_digest(so)} {so.stat().st_size}\n")
+    except OSError:   # a read-only cache: nothing recorded, the layout check still runs
+        pass
+
+
+def library_problem(so: Path) -> str | None:
+    """What is wrong with a compiled library, or None: its size or hash differ from the record written when
+    it last loaded; or (no record) its ELF headers, segments or section table reach past its end."""
+    import struct
+
+    try:
+        data = so.read_bytes()
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    rec = _record(so)
+    if rec.exists():
+        try:
+            digest, size = rec.read_text().split()
+            size = int(size)
+        except (OSError, ValueError):
+            digest, size = None, None
+        if size is not None:
+            if len(data) != size:
+                return f"{len(data)} bytes, {size} when built"
+            import hashlib
+
+            return None if hashlib.sha256(data).hexdigest() == digest else "its contents differ from the build's"
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        return f"not a shared library ({len(data)} bytes)"
+    if data[4] != 2 or data[5] != 1:   # not 64-bit little-endian: the kernels are built for x86-64 alone
+        return None
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data):
+        return f"cut short at {len(data)} bytes, its headers reach past the end"
+    for i in range(phnum):
+        _, _, offset, _, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+        if offset + filesz > len(data):
+            return f"cut short at {len(data)} bytes, a segment ends at {offset + filesz}"
+    return None
 
 
 def build_directory() -> Path:
