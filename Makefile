@@ -54,13 +54,13 @@ dvc.yaml:
 # the same DAG shrunk: 20 min 23 s measured in a fresh clone (--cores 1, load 6.8 → 2.5); its outputs live under reports/smoke/ (and results/runs/smoke/,
 # data/partitions/smoke/, work/smoke/), git-ignored: it never writes over the paper-scale files
 smoke: setup
-	snakemake --cores all reports/smoke/table1.csv reports/smoke/metrics --config scale=smoke
+	snakemake --cores all reports/smoke/table1.csv reports/smoke/metrics --config scale=smoke $(QUIET)
 
 # every experiment of the five papers (CIFAR, SVHN, EMNIST, MNIST, UCI, FLamby too) through the same DAG at
 # smoke scale on stand-in data (generated files in each dataset's real format; never results): tables under
 # reports/rehearsal/, what ran in reports/rehearsal/summary.md (git-ignored, as the smoke outputs)
 rehearsal: setup
-	snakemake --cores all --config scale=rehearsal
+	snakemake --cores all --config scale=rehearsal $(QUIET)
 
 # Snakemake's report (report.html): the scorecard first, every table, figure and notes file, after a build;
 # the .md and .csv files rendered to HTML pages first (rule report_pages) so the report shows them in place,

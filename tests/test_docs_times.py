@@ -56,3 +56,18 @@ def test_make_help_lists_the_targets_with_their_comments(repo):
     for target in ("setup", "table1", "mlflow", "smoke", "report", "help"):
         assert re.search(rf"^{re.escape(target)}\s", out, re.M), target
     assert readme_time(repo, "smoke") in out
+
+
+def test_the_snakefiles_header_quotes_the_measured_smoke_time(repo):
+    """The Snakefile's opening comment shows the smoke command: the time beside it is the README's."""
+    header = []
+    for line in (repo / "Snakefile").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line)
+    smoke = [line for line in header if "scale=smoke" in line]
+    assert smoke
+    t = readme_time(repo, "smoke")
+    for line in smoke:
+        assert set(DURATION.findall(line)) <= {t}, line
+        assert t in line, line

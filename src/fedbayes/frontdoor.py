@@ -132,6 +132,24 @@ def metric_problems(params: dict) -> list[str]:
             for where, m in named if m is not None and m not in METRICS]
 
 
+def tolerance_problems(params: dict) -> list[str]:
+    """A published number has one tolerance: a table may not set a tolerance for a metric of a published
+    source ("paper:table") whose own report table (``tables.<paper>/<table>``) sets one; its cells of that
+    source take the paper table's (fedbayes.reports.tables.cell_tolerance)."""
+    out = []
+    for t, spec in params["tables"].items():
+        for ref in spec.get("published") or []:
+            own = ref.replace(":", "/")
+            if own == t or own not in params["tables"]:
+                continue
+            theirs = params["tables"][own].get("tolerance") or {}
+            for m in spec.get("tolerance") or {}:
+                if m in theirs:
+                    out.append(f"tables.{t}.tolerance: {m} of {ref} is set by tables.{own}.tolerance "
+                               "(a published number has one tolerance); remove it here")
+    return list(dict.fromkeys(out))
+
+
 CUDA = re.compile(r"cuda(?::(\d+))?")
 
 

@@ -573,11 +573,11 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     both["_key"] = [_cell_key(r) for r in both.to_dict("records")]
     split = both.groupby("_key").filter(lambda g: g.verdict.nunique() > 1)
     L += ["## One cell, two tolerances", "",
-          "Each table sets its own tolerance (params.yaml, `tables.<table>.tolerance`): "
+          "A number is judged by its paper table's tolerance (params.yaml `tables.<paper>/<table>.tolerance`: "
           + "; ".join(f"{t} {_tol(p['tables'][t])}" for t in names if p["tables"][t].get("tolerance")
-                      and result[t]["within"] + result[t]["outside"]) + ". "
-          "A cell printed by several tables (table1 reprints the papers' FMNIST cells) can read ✓ in one and "
-          "*outside* in another. The counts above use each paper's own table for a cell it publishes."
+                      and result[t]["within"] + result[t]["outside"]) + "), in table1 too. Two papers "
+          "printing one number (BayesADMM reprints FedLap's FMNIST baselines) can disagree; the counts use "
+          "each paper's own table."
           + (f" These {split._key.nunique()} cells differ:" if len(split) else " No cell differs."), ""]
     for _, g in split.groupby("_key", sort=False):
         r = g.iloc[0]

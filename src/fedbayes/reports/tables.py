@@ -45,11 +45,32 @@ def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
 
 
 
+def cell_tolerance(p: dict, spec: dict, source: str, metric: str) -> float | int:
+    """The tolerance a published number is judged by: that of the paper table publishing it (``source``,
+    "paper table": ``tables.<paper>/<table>.tolerance``) where the study reports that table, else the
+    reporting table's own. A number reprinted by another report table (the headline table reprints the
+    papers' cells) thus gets one verdict everywhere; NaN where neither sets one for ``metric``."""
+    own = p["tables"].get(source.replace(" ", "/"), {}) if source else {}
+    tol = (own.get("tolerance") or {}) if metric in (own.get("tolerance") or {}) else (spec.get("tolerance") or {})
+    return tol.get(metric, float("nan"))
+
+
+def table_tolerances(p: dict, spec: dict) -> dict[str, dict[str, float]]:
+    """The tolerances of a table's cells, per published source (``spec.published``, "paper:table")."""
+    out = {}
+    for ref in spec.get("published", []):
+        src = ref.replace(":", " ")
+        tol = {m: cell_tolerance(p, spec, src, m) for m in spec.get("metrics", [])}
+        out[ref] = {m: t for m, t in tol.items() if not math.isnan(t)}
+    if not out and spec.get("tolerance"):   # no published source named: the table's own
+        out[""] = dict(spec["tolerance"])
+    return out
+
+
 def table_rows(p: dict, name: str) -> pd.DataFrame:
     spec = p["tables"][name]
     ddof = p.get("std_ddof", 1)
     run_avg = int(spec.get("running", 1))   # running-average window of the statistics over rounds
-    tol = spec.get("tolerance", {})
     refs = spec.get("published", [])
     rows = []
     for exp in spec["experiments"]:
@@ -101,6 +122,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                     theirs = authors_code_value(exp, method, metric, at, spec["statistic"], ddof) \
                         if p["scale"] == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
+                    tol = float(cell_tolerance(p, spec, pub[2] if pub else "", metric))
                     note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
                     if p["scale"] == "rehearsal":
                         note = "; ".join(filter(None, ["stand-in rehearsal", note]))
@@ -118,8 +140,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "authors_code_std": theirs[1] if theirs else float("nan"),
                         "authors_code_n": theirs[2] if theirs else float("nan"),
                         "authors_code_source": theirs[3] if theirs else "",
-                        "diff": diff, "tolerance": tol.get(metric, float("nan")),
-                        "within_tol": within(has_pub, mean, diff, tol.get(metric), key == "target" and pub is not None
+                        "diff": diff, "tolerance": tol,
+                        "within_tol": within(has_pub, mean, diff, None if math.isnan(tol) else tol, key == "target" and pub is not None
                                               and cell_st == "ok"),
                         "scale": p["scale"], "status": cell_st, "note": note,
                     })
@@ -178,7 +200,9 @@ def _delta(r, digits: int) -> str:
 
 
 def _header(p: dict, spec: dict, name: str) -> list[str]:
-    tol = ", ".join(f"{k} {v}" for k, v in sorted(spec.get("tolerance", {}).items()))
+    per = {ref: ", ".join(f"{k} {v}" for k, v in sorted(t.items())) for ref, t in table_tolerances(p, spec).items() if t}
+    tol = "" if not per else next(iter(per.values())) if len(set(per.values())) == 1 else \
+        "that of the paper table publishing the cell (" + "; ".join(f"{r}: {t}" for r, t in per.items()) + ")"
     stat = STAT_TEXT[spec["statistic"]]
     if int(spec.get("running", 1)) > 1:
         stat += f", of the trailing {spec['running']}-round running average"

@@ -80,6 +80,7 @@ def _check_semantics(params: dict) -> None:
     problems += _unused_name_problems(params, METHODS)
     problems += frontdoor.name_problems(params) + frontdoor.report_name_problems(params)
     problems += frontdoor.metric_problems(params)
+    problems += frontdoor.tolerance_problems(params)
     split_variant = names.split_variant
 
     h = params.get("headline")

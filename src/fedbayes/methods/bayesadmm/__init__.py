@@ -19,6 +19,6 @@ class Params(IVONParams):
 
 
 SPEC = MethodSpec(key="bayesadmm", implementation="fedbayes.methods.bayesadmm.algorithm:BayesADMM", params=Params,
-                  doc="BayesADMM with IVON clients (spec 001)", variants={"": "samples", "mean": "point"},
+                  doc="BayesADMM with IVON clients (the BayesADMM paper, \"Federated ADMM from Bayesian Duality\")", variants={"": "samples", "mean": "point"},
                   schedules=("constant", "cosine_rounds", "linear_local"),   # its own IVON loop, given the round
                   family="variational (IVON)", colour="#e7298a")

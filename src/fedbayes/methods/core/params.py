@@ -18,7 +18,7 @@ class ProxTerm(Hyperparameters):
     alpha: float = hparam(REQUIRED, NONNEG, "α of the proximal / dual term (α/2)‖w − w_g‖²; 0 gives FedAvg",
                           sweep=True)
     prox_norm: str = hparam("squared", enum("squared", "unsquared"),
-                            "½‖w − w_g‖² (papers) or ½‖w − w_g‖ (authors' baseline code, spec 001 §6 item 5)",
+                            "½‖w − w_g‖² (papers) or ½‖w − w_g‖ (the FedLap authors' baseline code)",
                             sweep=True, code_default=True)
 
 

@@ -18,6 +18,6 @@ class Params(Hyperparameters):
 
 
 SPEC = MethodSpec(key="fedavgm", implementation="fedbayes.methods.fedavgm.algorithm:FedAvgM", params=Params,
-                  doc="FedAvg with SGD-M clients and server (spec 002)",
+                  doc="FedAvg with SGD-M clients and server (the FedEP paper's FedAvg, Guo et al. 2023)",
                   schedules=("constant",),   # its own SGD-M loop has no schedule
                   family="expectation propagation (SGD-M)", colour="#666666")

@@ -23,5 +23,5 @@ class Params(WeightDecay):
 
 
 SPEC = MethodSpec(key="fedbe", implementation="fedbayes.methods.fedbe.algorithm:FedBE", params=Params,
-                  doc="FedBE (Chen & Chao 2021; spec 004 §4.6)", needs=frozenset({"local_models", "server_data"}),
+                  doc="FedBE (Chen & Chao 2021; a FOLA paper baseline)", needs=frozenset({"local_models", "server_data"}),
                   family="online Laplace and FOLA's baselines (SGD)", colour="#7f7f7f")

@@ -13,5 +13,5 @@ class Params(CurvatureParams):
 
 
 SPEC = MethodSpec(key="fedcurv", implementation="fedbayes.methods.fedcurv.algorithm:FedCurv", params=Params,
-                  doc="FedCurv (Shoham et al. 2019; spec 004)", needs=frozenset({"local_models"}),
+                  doc="FedCurv (Shoham et al. 2019; a FOLA paper baseline)", needs=frozenset({"local_models"}),
                   family="online Laplace and FOLA's baselines (SGD)", colour="#e6ab02")

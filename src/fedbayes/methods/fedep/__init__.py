@@ -51,13 +51,13 @@ def family(key: str, cls: str, doc: str, colours: dict[str, str]) -> dict[str, M
                            family=FAMILY, colour=colours[key])}
     for v in "IMLV":
         k = f"{key}_{v.lower()}"
-        out[k] = MethodSpec(key=k, implementation=impl, params=Params, doc=f"{cls} with variant {v} (spec 002)",
+        out[k] = MethodSpec(key=k, implementation=impl, params=Params, doc=f"{cls} with variant {v} (Guo et al. 2023)",
                             variants=EP_AND_MC, fixed={"variant": v}, schedules=NO_SCHEDULE, family=FAMILY,
                             colour=colours[k])
     return out
 
 
-SPECS = family("fedep", "FedEP", "FedEP (Guo et al. 2023; spec 002)",
+SPECS = family("fedep", "FedEP", "FedEP (Guo et al. 2023)",
                {"fedep": "#08519c", "fedep_i": "#17becf", "fedep_m": "#9edae5", "fedep_l": "#0e6f7a",
                 "fedep_v": "#6baed6"})
 SPEC, SPEC_I, SPEC_M, SPEC_L, SPEC_V = SPECS.values()

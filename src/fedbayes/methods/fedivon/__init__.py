@@ -14,6 +14,6 @@ class Params(IVONParams):
 
 
 SPEC = MethodSpec(key="fedivon", implementation="fedbayes.methods.fedivon.algorithm:FedIVON", params=Params,
-                  doc="FedIVON (spec 003)", variants={"": "samples", "mean": "point"},
+                  doc="FedIVON (Pal et al.)", variants={"": "samples", "mean": "point"},
                   schedules=("constant", "cosine_rounds", "linear_local"),   # its own IVON loop, given the round
                   family="variational (IVON)", colour="#1b9e77")

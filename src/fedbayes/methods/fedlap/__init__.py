@@ -17,5 +17,5 @@ class Params(Hyperparameters):
 
 # numerics 2: the proximal / dual terms' gradients added in closed form (extra_grad), not through autograd
 SPEC = MethodSpec(key="fedlap", implementation="fedbayes.methods.fedlap.algorithm:FedLap", params=Params,
-                  doc="FedLap, diagonal (spec 000)", numerics=2,
+                  doc="FedLap, diagonal (Swaroop, Khan & Doshi-Velez)", numerics=2,
                   family="FedLap paper (Adam baselines and FedLap)", colour="#d62728")

@@ -8,5 +8,5 @@ from fedbayes.methods.spec import MethodSpec
 
 # numerics 2: the proximal / dual terms' gradients added in closed form (extra_grad), not through autograd
 SPEC = MethodSpec(key="fedlap_cov", implementation="fedbayes.methods.fedlap_cov.algorithm:FedLapCov", params=Params,
-                  doc="FedLap with the Laplace covariance (spec 000)", numerics=2,
+                  doc="FedLap with the Laplace covariance (Swaroop, Khan & Doshi-Velez)", numerics=2,
                   family="FedLap paper (Adam baselines and FedLap)", colour="#9467bd")

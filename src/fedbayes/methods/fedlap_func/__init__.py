@@ -15,5 +15,5 @@ class Params(FedLapParams):
 
 
 SPEC = MethodSpec(key="fedlap_func", implementation="fedbayes.methods.fedlap_func.algorithm:FedLapFunc", params=Params,
-                  doc="FedLap-Func (spec 000)",
+                  doc="FedLap-Func (Swaroop, Khan & Doshi-Velez)",
                   family="FedLap paper (Adam baselines and FedLap)", colour="#8c564b")

@@ -8,6 +8,6 @@ from fedbayes.methods.spec import MethodSpec
 Params = ServerStep
 
 SPEC = MethodSpec(key="fednova", implementation="fedbayes.methods.fednova.algorithm:FedNova", params=Params,
-                  doc="FedNova (Wang et al. 2020; spec 004 §4.5)", needs=frozenset({"local_models"}),
+                  doc="FedNova (Wang et al. 2020; a FOLA paper baseline)", needs=frozenset({"local_models"}),
                   schedules=("constant",),   # its normalisation assumes a constant SGD step
                   family="online Laplace and FOLA's baselines (SGD)", colour="#a6761d")

@@ -14,6 +14,6 @@ class Params(FedAvgMParams):
 
 
 SPEC = MethodSpec(key="fedpa", implementation="fedbayes.methods.fedpa.algorithm:FedPA", params=Params,
-                  doc="FedPA (Al-Shedivat et al. 2021; spec 002)",
+                  doc="FedPA (Al-Shedivat et al. 2021)",
                   schedules=("constant",),   # FedAvgM's SGD-M loop, no schedule
                   family="expectation propagation (SGD-M)", colour="#bcbd22")

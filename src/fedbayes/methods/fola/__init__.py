@@ -18,6 +18,6 @@ class Params(CurvatureParams):
 
 
 SPEC = MethodSpec(key="fola", implementation="fedbayes.methods.fola.algorithm:FOLA", params=Params,
-                  doc="FOLA (spec 004)", needs=frozenset({"local_models"}),
+                  doc="FOLA (Liu, Jiang et al., Bayesian federated learning via online Laplace approximation)", needs=frozenset({"local_models"}),
                   schedules=("constant",),   # its own local loop has no schedule
                   family="online Laplace and FOLA's baselines (SGD)", colour="#d95f02")
