@@ -67,13 +67,14 @@ def documented_lines() -> dict[str, str]:
     found: dict[str, str] = {}
     for doc in DOCS:
         text = doc.read_text()
-        for block in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+        for block in re.finditer(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", text, re.S | re.M):
             if block.group(1) in ("sh", "bash", "shell", "console"):
                 for line in block.group(2).replace("\\\n", " ").splitlines():
                     line = normalised(line)
                     if line and not line.startswith("#"):
                         found.setdefault(line, doc.name)
-        prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M).replace("\n", " ")
+        # fences in list items are indented
+        prose = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", text, flags=re.S | re.M).replace("\n", " ")
         for span in re.finditer(r"`([^`]+)`", prose):
             line = normalised(span.group(1))
             if line.split(" ")[0] in COMMANDS and " " in line:
