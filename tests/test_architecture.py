@@ -70,8 +70,8 @@ LAZY_TORCH = {
 }
 
 # Pending: import edges a change under way is restructuring, left out of the check until it lands (the
-# test fails on any listed edge that no longer exists, so the list only shrinks). Empty since one package
-# per method and one registry (issue 34 item 1) closed the cycle catalog → methods.spec → config → catalog.
+# test fails on any listed edge that no longer exists, so the list only shrinks). Empty: one package per
+# method and one registry leave no cycle between the methods and the configuration.
 PENDING: set[tuple[str, str]] = set()
 
 
