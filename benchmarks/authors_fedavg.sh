@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FedAvg side by side with the authors' released code, one core each at the same moment (issue 22):
+# FedAvg side by side with the authors' released code, one core each at the same moment:
 # fmnist10-iid-k10, E 10, 50 rounds, Adam 1e-3, batch 32, MLP 784-200-100-10 (sigmoid, raw pixels).
 #
 #   bash benchmarks/authors_fedavg.sh /path/to/bayes-admm [OUT_JSONL]

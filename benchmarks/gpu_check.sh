@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path, checked in one go on a CUDA machine (issue 22, item 4):
+# The GPU path, checked in one go on a CUDA machine:
 #   1. one paper-scale run each of FedAvg (fmnist10-iid-k10, its selected E 5; with its clients batched, the
 #      default on a GPU, and one by one), BayesADMM (same experiment)
 #      and the FedIVON substitute (fmnist-shards-k200, 2000 rounds, ending in its 500-sample predictive),

@@ -67,7 +67,7 @@ DAMAGE = {
     "metrics.json of another run": (f"{RUN}/metrics.json",
                                     lambda f: f.write_text(f.read_text().replace('"config_hash": "', '"config_hash": "0')),
                                     "evaluate"),
-    # values, not bytes (issue 35, item 3): a wrong type, and files that parse but are another run's
+    # values, not bytes: a wrong type, and files that parse but are another run's
     "metrics.json a string for a number": (f"{RUN}/metrics.json", lambda f: f.write_text(json.dumps(
         {**json.loads(f.read_text()), "final": {k: str(v) for k, v in json.loads(f.read_text())["final"].items()}})),
         "evaluate"),
@@ -262,8 +262,8 @@ def test_damaged_json_is_named(tmp_path, name, text, why):
 
 
 def test_a_damaged_selection_alone_is_rebuilt_from_the_runs_metrics(synth):
-    """The dry run names the damage and plans the selection again, writing nothing (it used to move the
-    file aside and rebuild it while the DAG was built, issue 34 item 6); the run rebuilds it."""
+    """The dry run names the damage and plans the selection again, writing nothing (planning only looks:
+    a file moved aside while the DAG is built would be lost to a dry run); the run rebuilds it."""
     f = synth / SELECTED
     good = json.loads(f.read_text())
     f.write_text("garbage")
@@ -303,7 +303,7 @@ def test_evaluating_a_run_still_training_says_so(tmp_path, capsys):
     assert e.value.code == 2 and "is still training" in err and "retrain" not in err, err
 
 
-# --- values, not only bytes: types, and sibling files that agree (issue 35, item 3) ------------------
+# --- values, not only bytes: types, and sibling files that agree ---------------------------------------
 
 RUN_CFG = {"experiment": "e", "method": "fedavg", "seed": 0, "rounds": 3}
 METRICS = {"experiment": "e", "method": "fedavg", "seed": 0, "config_hash": "abc", "final_round": 3, "rounds": {},

@@ -340,7 +340,7 @@ def test_client_rows_by_label_aligns_the_replayed_clients_label_mix(tmp_path, sy
 
 def test_run_json_records_training_start_and_end_and_a_resumed_run_keeps_its_start(tmp_path, synthetic_run_data,
                                                                                    cfg_factory):
-    """MLflow's start/end times come from here (issue 23 part 7); times are not numerics, the rerun key
+    """MLflow's start/end times come from here (a run's true times, not the import's); times are not numerics, the rerun key
     (config + numerics) ignores them."""
     from datetime import datetime, timezone
 

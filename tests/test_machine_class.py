@@ -84,7 +84,7 @@ def test_a_real_numbers_change_stops_on_every_class(tmp_path, emulated):
     goldens = tmp_path / "goldens"
     goldens.mkdir()
     shutil.copy(GOLDEN / "machine.json", goldens)
-    from fedbayes.engine.replay import golden_name
+    from fedbayes.engine.goldens import golden_name
 
     name = golden_name("fedprox")
     g = json.loads((GOLDEN / name).read_text())
@@ -92,7 +92,7 @@ def test_a_real_numbers_change_stops_on_every_class(tmp_path, emulated):
     # a golden of this machine's class is checked bit for bit, one of another within round-off: record it as
     # computed here so that "this class" means bits wherever the suite runs, then change its numbers
     env = EMULATED if emulated else {}
-    out = subprocess.run([sys.executable, "-c", "import fedbayes, json, sys, tempfile; from fedbayes.engine.replay "
+    out = subprocess.run([sys.executable, "-c", "import fedbayes, json, sys, tempfile; from fedbayes.engine.goldens "
                           "import make_golden; g = json.load(sys.stdin); print(json.dumps(make_golden('fedprox', "
                           "g['hparams'], tempfile.mkdtemp())))"], input=json.dumps(g), capture_output=True, text=True,
                          check=True, env={**os.environ, **env})

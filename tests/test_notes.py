@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dagutil import read_params
-from fedbayes.reports.scorecard import published_cells, ran_counts
+from fedbayes.reports.tally import published_cells, ran_counts
 
 # "84 of the table's 104 published cells", "111 of 126 compared cells": a count of published cells
 COUNT = re.compile(r"(\d[\d,]*) of (?:the table's |its |the )?(\d[\d,]*) (?:published |compared )?cells")

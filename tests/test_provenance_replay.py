@@ -25,11 +25,11 @@ def run(tmp_path):
 
 
 def _identity(monkeypatch, commit="c0ffee" * 6 + "c0ff", dirty=False):
-    import fedbayes.cli
+    import fedbayes.cli.replay
     import fedbayes.engine.replay
 
     ident = {"commit": commit, "dirty": dirty, "source": "s" * 16, "torch": "2.14.1", "numpy": "2.4.6"}
-    for module in (fedbayes.cli, fedbayes.engine.replay):
+    for module in (fedbayes.cli.replay, fedbayes.engine.replay):
         monkeypatch.setattr(module, "code_identity", lambda: ident)
 
 

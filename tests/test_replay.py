@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 # the golden's problem and comparison are the package's: the workflow's numerics check runs them too
-from fedbayes.engine.replay import GOLDEN_SIZES, make_golden
+from fedbayes.engine.goldens import GOLDEN_SIZES, make_golden
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "numerics"
@@ -58,7 +58,7 @@ def _method_names() -> list[str]:
 
 
 def golden_path(method: str) -> Path:
-    from fedbayes.engine.replay import golden_name
+    from fedbayes.engine.goldens import golden_name
 
     return GOLDEN / golden_name(method)
 
@@ -97,12 +97,12 @@ def write_golden(method: str, tmp: Path) -> Path:
 
 @pytest.mark.parametrize("method", _method_names())
 def test_method_numerics_match_their_golden(method, tmp_path):
-    from fedbayes.engine.replay import golden_files
+    from fedbayes.engine.goldens import golden_files
 
     path = golden_path(method)
     assert path.exists(), (f"{method}: no golden for numerics version {path.name}; after a deliberate numerics "
                            f"change write it with `python tests/test_replay.py {method}`")
-    from fedbayes.engine.replay import check_golden
+    from fedbayes.engine.goldens import check_golden
 
     for path in golden_files(method, GOLDEN):   # one per code path of its committed runs (path_signature)
         _, v = check_golden(path, GOLDEN, tmp_path)   # bit for bit on its class, within round-off on another
@@ -112,7 +112,7 @@ def test_method_numerics_match_their_golden(method, tmp_path):
 
 def _committed_runs() -> dict[tuple[str, str], Path]:
     """(method, path signature tag) → the cheapest committed paper-scale run that takes that code path."""
-    from fedbayes.engine.replay import run_tag
+    from fedbayes.engine.goldens import run_tag
 
     out, cost = {}, {}
     for f in sorted((REPO / "results" / "runs").glob("*/*/*/seed*/run.json")):
@@ -125,7 +125,7 @@ def _committed_runs() -> dict[tuple[str, str], Path]:
 
 def _covered_paths() -> set[tuple[str, str]]:
     """(method, path signature tag) of every committed golden."""
-    from fedbayes.engine.replay import golden_files, golden_hparams_with_defaults, signature_tag
+    from fedbayes.engine.goldens import golden_files, golden_hparams_with_defaults, signature_tag
 
     goldens = [json.loads(f.read_text()) for m in _method_names() for f in golden_files(m, GOLDEN)]
     return {(g["method"], signature_tag(golden_hparams_with_defaults(g))) for g in goldens}
@@ -135,7 +135,7 @@ def test_every_code_path_of_the_committed_runs_has_a_golden():
     """A golden checked only the hyperparameters it was written with: FedAvg's committed runs take four
     code paths (persistent / fresh Adam, a linear schedule, SGD), its golden one, so a change to
     another path's numbers passed the workflow's check and the test suite. Each path a committed run
-    takes (its string and boolean hyperparameters, engine.replay.path_signature) has a golden; write
+    takes (its string and boolean hyperparameters, engine.goldens.path_signature) has a golden; write
     the missing ones with `python tests/test_replay.py paths`."""
     covered = _covered_paths()
     missing = sorted(f"{m} {run.relative_to(REPO)}" for (m, tag), run in _committed_runs().items() if (m, tag) not in covered)
@@ -145,7 +145,7 @@ def test_every_code_path_of_the_committed_runs_has_a_golden():
 def write_path_goldens(tmp: Path) -> list[Path]:
     """A golden for each code path of the committed runs that has none: the cheapest such run's
     hyperparameters, shrunk to GOLDEN_SIZES."""
-    from fedbayes.engine.replay import path_golden_name
+    from fedbayes.engine.goldens import path_golden_name
 
     covered = _covered_paths()
     written = []
@@ -163,12 +163,12 @@ def write_path_goldens(tmp: Path) -> list[Path]:
 def test_committed_run_replays(method):
     """Bit for bit on the class that trained it (a run without a class record: the goldens' machine,
     tests/golden/numerics/machine.json); on another, round 0 within round-off and round 1 within the seed
-    spread (engine.replay.replay_verdict), never a failure for round-off alone."""
+    spread (engine.replay_verdict.replay_verdict), never a failure for round-off alone."""
     from dagutil import require_fmnist
 
     from fedbayes.study import numerics
     from fedbayes.data.root import fetch_dataset
-    from fedbayes.engine.replay import replay_verdict
+    from fedbayes.engine.replay_verdict import replay_verdict
     from fedbayes.machine import machine_class, same_class
 
     require_fmnist(pytest)
@@ -191,12 +191,12 @@ def test_committed_run_replays(method):
 
 
 def test_the_workflows_numerics_check_adopts_same_numbers_and_names_the_first_other_one(tmp_path):
-    """engine.replay.numerics_check, which the DAG runs when a method's code changed since its last check
+    """engine.goldens.numerics_check, which the DAG runs when a method's code changed since its last check
     (workflow/rules/train.smk; the DAG's side: tests/test_rerun_rule.py): a method without a committed
     golden (a plug-in) gets a baseline from a run's hyperparameters on its first check; the record makes
     the next check due only when the code changes; a golden the code no longer computes is one line
     naming the method and the first differing value, and records nothing; a damaged golden names its file."""
-    from fedbayes.engine.replay import check_due, golden_name, numerics_check
+    from fedbayes.engine.goldens import check_due, golden_name, numerics_check
 
     record, empty = tmp_path / "work" / "fedavg.json", tmp_path / "none"
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
@@ -272,7 +272,7 @@ def test_the_numerics_check_replays_a_golden_for_every_code_path(tmp_path):
     """The workflow's check replays every golden of the method, one per code path: a changed number on a
     path other than the first golden's is found; a run on a path no golden covers makes the check due
     and gets a baseline of its own, the first path's golden untouched."""
-    from fedbayes.engine.replay import check_due, golden_files, numerics_check, run_tag
+    from fedbayes.engine.goldens import check_due, golden_files, numerics_check, run_tag
 
     record, empty = tmp_path / "work" / "fedavg.json", tmp_path / "none"
     adam = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}

@@ -345,8 +345,9 @@ def test_table_command_prints_a_summary_not_the_frame(table_params, tmp_path, ca
     """`fedbayes table` (what `make table1` shows) says what it built, how many published cells are
     within tolerance / outside / not run, and where the files are; it does not print the table."""
     from fedbayes import cli
+    from fedbayes.cli import reports
 
-    monkeypatch.setattr(cli, "_params", lambda args: table_params)  # the fixture's fake runs (not params.yaml)
+    monkeypatch.setattr(reports, "_params", lambda args: table_params)  # the fixture's fake runs (not params.yaml)
     out_csv = tmp_path / "reports" / "table1.csv"
     cli.main(["table", "table1", "--out", str(out_csv)])
     text = capsys.readouterr().out
@@ -518,7 +519,7 @@ def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):
     metric gets accuracy and NLL; the units and directions are the registry's."""
     from fedbayes.eval.registry import PERCENT, metric
     from fedbayes.reports.figures import curve_metrics
-    from fedbayes.reports.scorecard import higher_is_better
+    from fedbayes.reports.claims import higher_is_better
 
     p = read_params(repo)
     assert curve_metrics(p["tables"]["fedivon/table2"]) == ["ood/auroc_entropy", "ood/auroc_maxprob"]
@@ -535,8 +536,9 @@ def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):
 
 def _cli(args, capsys, monkeypatch, p) -> tuple[int, str]:
     from fedbayes import cli
+    from fedbayes.cli import reports
 
-    monkeypatch.setattr(cli, "_params", lambda a: p)  # the fixture's fake runs (not params.yaml)
+    monkeypatch.setattr(reports, "_params", lambda a: p)  # the fixture's fake runs (not params.yaml)
     with pytest.raises(SystemExit) as ex:
         cli.main(args)
         raise SystemExit(0)

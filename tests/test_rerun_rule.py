@@ -48,7 +48,7 @@ def planned_training(d: Path, plan: str | None = None) -> set[tuple[str, str, st
 
 def pure_plan(d: Path) -> str:
     """``snakemake -n`` for the table, checked to leave work/ and results/ as they were: planning only
-    looks (issue 34 item 6; the rerun markers were written while the DAG was built). The one exception
+    looks (a rerun marker written while the DAG is built would be written by a dry run too). The one exception
     (docs/workflow.md): none, the numerics check is a job (rule numerics_check) that planning only plans."""
     def files():
         return {str(f.relative_to(d)): f.stat().st_mtime_ns for top in ("work", "results") for f in (d / top).rglob("*")
@@ -87,7 +87,7 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     run(f"snakemake --cores 2 {TABLE}", built)   # the numerics_check jobs run before the table reads the runs
     assert planned_training(built) == set()
     # the numerics check ran again on the edited code, found the same numbers and adopted it silently
-    from fedbayes.engine.replay import golden_name
+    from fedbayes.engine.goldens import golden_name
 
     from fedbayes.machine import class_slug, machine_class, same_class
 

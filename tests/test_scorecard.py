@@ -8,7 +8,9 @@ import pytest
 import yaml
 
 from fedbayes.published import load_paper
-from fedbayes.reports.scorecard import VERDICTS, build_scorecard, check_claim, verdict
+from fedbayes.reports.claims import check_claim
+from fedbayes.reports.scorecard import build_scorecard
+from fedbayes.reports.verdicts import VERDICTS, verdict
 from fedbayes.reports.cells import within
 from dagutil import read_params
 
@@ -203,7 +205,7 @@ def test_every_reproduced_number_is_in_the_scorecard(repo, tmp_path, monkeypatch
     """The data-free targets count: FedEP Table 4's toy cells are published cells with a verdict (their
     range), and the BayesADMM convex figures' claims are checked (the scorecard once said FedEP had no
     compared cell, and the figures' claims had a paper column and no verdict)."""
-    from fedbayes.reports.scorecard import toy_results
+    from fedbayes.reports.claims import toy_results
 
     monkeypatch.chdir(repo)
     p = read_params(repo)

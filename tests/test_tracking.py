@@ -61,7 +61,7 @@ def test_log_run_is_complete_and_idempotent(tmp_path, finished_run, store):
     assert {"history.csv", "metrics.json", "run.json"} <= arts
 
 
-# --- issue 23 part 7 (provenance that is true) and issue 21 class 5 (an atomic import, fail fast) ---
+# --- provenance that is true, and an atomic import that fails fast ---------------------------------
 
 import json  # noqa: E402
 import os  # noqa: E402
@@ -262,7 +262,7 @@ def test_experiment_description_leads_to_the_tables_figures_and_scorecard(repo):
     assert "reports/smoke/figures/table1_curves.png" in smoke and "reports/smoke/README.md" in smoke
 
 
-# --- issue 35, item 2: a store is checked against what it must hold before it is trusted -------------
+# --- a store is checked against what it must hold before it is trusted ---------------------------------
 
 def _track(repo, run, uri, marker, cwd, seed=0, extra_env=None):
     """`fedbayes track` of one run in its own process (as the rule runs it)."""

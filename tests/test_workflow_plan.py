@@ -53,14 +53,18 @@ def test_the_code_lists_hold_the_real_imports():
 
 @pytest.mark.parametrize("rule", sorted(codes.RULE_CODE))
 def test_each_rules_code_holds_what_its_command_calls(rule):
-    """Every module the rule's CLI command (``cmd_<rule>`` in cli.py) calls, by a name imported at the top
-    of cli.py or inside the function, is in the rule's code (but the command line's plumbing). The
-    partition rule's hand-written list named partition/ and engine/seeds.py, not engine/partitions.py,
-    whose write_partition the command calls."""
-    tree = ast.parse((codes.ROOT / "cli.py").read_text())
+    """Every module the rule's CLI command (``cmd_<rule>`` in a module of the cli package) calls, by a name
+    imported at the top of that module or inside the function, is in the rule's code (but the command
+    line's plumbing). The partition rule's hand-written list named partition/ and engine/seeds.py, not
+    engine/partitions.py, whose write_partition the command calls."""
+    fn = tree = None
+    for path in sorted((codes.ROOT / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"cmd_{rule}"), None)
+        if fn is not None:
+            break
     top = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("fedbayes")
            for a in n.names}
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"cmd_{rule}"), None)
     if fn is None:   # a rule that runs its entry module itself (python -m …): that module is its code
         entry = codes.RULE_CODE[rule][0]
         assert all(str(codes.module_files()[m]) in set(codes.rule_code(*codes.RULE_CODE[rule])) for m in entry)
@@ -194,7 +198,7 @@ def test_the_numerics_gate_is_due_only_on_a_change(tmp_path, monkeypatch):
 
 def test_the_method_hparams_are_one_per_code_path():
     from fedbayes.study import load_params
-    from fedbayes.engine.replay import run_tag
+    from fedbayes.engine.goldens import run_tag
 
     p = load_params(REPO / "params.yaml")
     hps = numerics.method_hparams(p, "fedavg")

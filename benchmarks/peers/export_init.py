@@ -1,4 +1,4 @@
-"""The initial weights `fedbayes train` starts a run from, written for the peers (issue 32, item 5).
+"""The initial weights `fedbayes train` starts a run from, written for the peers.
 
     python benchmarks/peers/export_init.py --experiment fmnist10-iid-k10 --seed 0 --out init.npz
 

@@ -1,4 +1,4 @@
-"""FedAvg on fmnist10-iid-k10 in Flower's simulation runtime, the protocol of `fedbayes train` (issue 32, item 5).
+"""FedAvg on fmnist10-iid-k10 in Flower's simulation runtime, the protocol of `fedbayes train`.
 
     python benchmarks/peers/flower_fedavg.py --raw data/raw/fmnist --partition part.npz --init init.npz \
         --rounds 50 --local-epochs 10 --out flower.json

@@ -1,4 +1,4 @@
-"""Run a command and measure it: wall seconds, CPU seconds and peak memory of ALL its processes (issue 32, item 5).
+"""Run a command and measure it: wall seconds, CPU seconds and peak memory of ALL its processes.
 
     python3 benchmarks/peers/measure.py --json OUT.json --log LOG [--marker PATH] -- COMMAND ...
 

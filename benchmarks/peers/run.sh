@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# FedAvg side by side with the federated-learning frameworks a user would pick instead (issue 32, item 5),
+# FedAvg side by side with the federated-learning frameworks a user would pick instead,
 # one core each at the same moment, as benchmarks/authors_fedavg.sh does for the authors' code:
-# fmnist10-iid-k10, seed 0, E local epochs (default 10, the issue's), 50 rounds, Adam 1e-3, batch 32,
+# fmnist10-iid-k10, seed 0, E local epochs (default 10), 50 rounds, Adam 1e-3, batch 32,
 # MLP 784-200-100-10 (sigmoid, raw pixels), the global model evaluated on the 10,000 test images every round.
 #
 #   bash benchmarks/peers/run.sh [PEERS] [E] [ROUNDS]       PEERS: "flower flbench" (default) or one of them

@@ -69,7 +69,7 @@ def _f(x, fmt="{:.1f}") -> str:
 
 def md(a) -> None:
     rows = json.loads(Path(a.json).read_text())
-    lines = ["# FedAvg beside the peers (issue 32, item 5)", "",
+    lines = ["# FedAvg beside the peers", "",
              "fmnist10-iid-k10 (10 iid clients of a 10 % subsample of Fashion-MNIST's training set, seed 0), "
              "MLP 784-200-100-10 sigmoid on raw 0–255 pixels, Adam lr 1e-3, batch 32, E local epochs, all "
              "clients every round, the global model evaluated on the 10,000 test images after every round. "

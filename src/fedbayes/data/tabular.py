@@ -178,7 +178,7 @@ def load_credit(spec: DatasetSpec, d: Path) -> Arrays:
 
 SPECS.append(DatasetSpec(
     name="uci_credit",
-    stand_in="fedbayes.data.standin:_gen_credit",
+    stand_in="fedbayes.data.standin_files:_gen_credit",
     description=("UCI Credit Approval (Quinlan 1987), crx.data: 653 complete rows, "
                  "standardised numeric + one-hot categorical, 522/131, '+' = 1"),
     files=(FileSpec(CREDIT_FILE, UNPINNED, None, "all"),),
@@ -273,7 +273,7 @@ def flamby_client_of_rows(root: Path | str = DEFAULT_ROOT) -> np.ndarray:
 
 SPECS.append(DatasetSpec(
     name="flamby_heart",
-    stand_in="fedbayes.data.standin:_gen_heart",
+    stand_in="fedbayes.data.standin_files:_gen_heart",
     natural_groups=flamby_client_of_rows,
     description=("FLamby Fed-Heart-Disease (Janosi et al. 1988; du Terrail et al. 2022): "
                  "4 hospitals, 13 standardised features, 486/254"),

@@ -6,196 +6,26 @@ and the paper gives a value there (in rounds-to-target tables a blank, "never re
 too). Every published cell gets exactly one verdict (``VERDICTS``, fedbayes.reports.verdicts, the one
 vocabulary of every view), decided from the row alone, so the scorecard's counts can be recounted from the CSVs by anyone.
 
-The papers' headline claims (``claims:`` of ``fedbayes/papers/<paper>.yaml``) are checked on our
-numbers and on the published ones (:func:`check_claim`): "A beats each of B, C by at least m points of
-the metric at round r on experiments X, Y".
+The cells and their counts are fedbayes.reports.tally's, the papers' claims fedbayes.reports.claims'; this
+module writes the page.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from fedbayes.study import split_variant
-from fedbayes.study import ConfigError, paths, stand_in_size, swept_points, table_figures
-from fedbayes.eval.registry import metric as metric_info
 from fedbayes.fileio import load_yaml, write_text_atomic
 from fedbayes.published import load_paper
+from fedbayes.reports.claims import FigureClaim, check_claim, paper_claims, toy_results
+from fedbayes.reports.tally import (_cause_of, _cell_key, cause_counts, counts, distinct, paper_of, per_number,
+                                    published_cells, read_table, substitute_cells, table_order)
+from fedbayes.reports.verdicts import MEANING, PER_NUMBER, PER_TABLE, RAN, VERDICTS, _isnan
 from fedbayes.runpaths import run_dir
-from fedbayes.reports.verdicts import (MARK, MEANING, PER_NUMBER, PER_TABLE, RAN, VERDICTS,  # noqa: F401
-                                       _isnan, is_published_cell, verdict)
+from fedbayes.study import ConfigError, paths, split_variant, stand_in_size, swept_points, table_figures
 
-
-def read_table(p: dict, name: str) -> pd.DataFrame:
-    f = Path(paths(p)["reports"]) / f"{name}.csv"
-    if not f.exists():
-        raise FileNotFoundError(f"{f}: table {name!r} has not been built (snakemake --cores all {f})")
-    df = pd.read_csv(f, keep_default_na=True)
-    df.insert(0, "table", name)
-    return df
-
-
-def published_cells(df: pd.DataFrame) -> pd.DataFrame:
-    """The published cells of a table frame, each with its ``verdict``."""
-    rows = df[[is_published_cell(r) for r in df.to_dict("records")]].copy()
-    rows["verdict"] = [verdict(r) for r in rows.to_dict("records")]
-    return rows
-
-
-def substitute_cells(df: pd.DataFrame, spec: dict) -> pd.DataFrame:
-    """Our cells on a table's substitute experiments (stand-ins with no published value)."""
-    subs = spec.get("substitutes", {})
-    return df[df.experiment.isin(list(subs)) & df.ours_mean.notna()]
-
-
-def counts(cells: pd.DataFrame) -> dict:
-    c = cells.verdict.value_counts().to_dict() if len(cells) else {}
-    return {v: int(c.get(v, 0)) for v in VERDICTS}
-
-
-def ran_counts(cells: pd.DataFrame) -> tuple[int, int]:
-    """(within, compared) of published cells with their ``verdict``: compared = within + outside."""
-    c = counts(cells)
-    return c["within"], c["within"] + c["outside"]
-
-
-def table_summary(df: pd.DataFrame, name: str, files: list[str | Path]) -> list[str]:
-    """What a person reads after a table job (instead of the frame): what was built, the published
-    cells by verdict (the scorecard's classification, :func:`verdict`), and where the files are."""
-    c = counts(published_cells(df))
-    not_run = c["not run: no data"] + c["not run: other"]
-    extra = [f"{n} {what}" for n, what in ((c["not comparable"], "not comparable"),
-                                           (c["no tolerance"], "without a tolerance for their metric"),
-                                           (c["diverged"], "diverged")) if n]
-    if "scale" in df and (df["scale"] == "rehearsal").any():
-        return [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with numbers): "
-                "stand-in rehearsal, no verdict"] + [f"  wrote {f}" for f in files]
-    lines = [f"{name}: {len(df)} cells ({int((df['status'].astype(str) == 'ok').sum())} with our numbers), "
-             f"{sum(c.values())} published: {c['within']} within, "
-             f"{c['outside']} outside, {not_run} not run" + "".join(f", {e}" for e in extra)]
-    lines += [f"  wrote {f}" for f in files]
-    return lines
-
-
-def table_order(names) -> list[str]:
-    """Tables in a fixed order whatever the order of params (the workflow passes it with sorted keys):
-    the headline tables (no paper folder) first, then by name."""
-    return sorted(names, key=lambda n: ("/" in n, n))
-
-
-def distinct(cells: pd.DataFrame, published_as: dict[str, dict]) -> pd.DataFrame:
-    """One row per distinct published cell. A cell compared in several tables (the headline table
-    repeats the papers' cells), or with two predictions of one run (``published_as``), counts once,
-    with the verdict of the paper's own table where it is one of them (its tolerance is the paper
-    table's), else of the first table in :func:`table_order`, methods in table order."""
-    if cells.empty:
-        return cells
-    key = cells.apply(lambda r: (r.published_source, r.experiment, published_as.get(r.table, {}).get(r.method, r.method),
-                                 r.get("round"), r.get("target"), r.metric), axis=1).map(str)
-    order = {n: i for i, n in enumerate(table_order(cells.table.unique()))}
-    own = cells.table != cells.published_source.str.replace(" ", "/")
-    ranked = cells.assign(_key=key, _own=own, _order=cells.table.map(order), _i=range(len(cells)))
-    ranked = ranked.sort_values(["_own", "_order", "_i"], kind="stable")
-    return ranked.loc[~ranked._key.duplicated()].drop(columns=["_key", "_own", "_order", "_i"])
-
-
-# --- claims -------------------------------------------------------------------------------------------
-
-@dataclass
-class Check:
-    experiment: str
-    ours: str        # "holds" | "does not hold" | "not testable"
-    published: str   # same, on the published numbers ("—" where the paper has none: a substitute)
-    detail: str
-
-
-@dataclass
-class ClaimResult:
-    paper: str
-    claim: dict
-    checks: list[Check] = field(default_factory=list)
-
-    def _overall(self, states: list[str]) -> str:
-        """all (default): holds on every experiment tested; most: on more than half of them. The text
-        names the experiments it fails on, so "does not hold" is never read as a count of successes."""
-        tested = [(c.experiment, s) for c, s in zip(self.checks, states) if s in ("holds", "does not hold")]
-        if not tested:
-            return "not testable here"
-        failed = [e for e, s in tested if s == "does not hold"]
-        held, n = len(tested) - len(failed), len(tested)
-        most = self.claim.get("quantifier") == "most"
-        if (held > n / 2) if most else not failed:
-            return (f"holds on {held} of {n} tested experiments (the claim says usually)" if most
-                    else f"holds on all {n} tested experiment" + ("s" if n > 1 else ""))
-        return f"does not hold: fails on {', '.join(failed)} (holds on {held} of {n} tested)"
-
-    @property
-    def ours(self) -> str:
-        return self._overall([c.ours for c in self.checks])
-
-    @property
-    def published(self) -> str:
-        return self._overall([c.published for c in self.checks])
-
-
-def higher_is_better(metric: str, statistic: str) -> bool:
-    """A metric's direction (the metric registry); fewer rounds to a target are better."""
-
-    return statistic != "rounds_to_target" and metric_info(metric).higher_is_better
-
-
-def _value(df: pd.DataFrame, experiment: str, method: str, metric: str, rnd, column: str):
-    rows = df[(df.experiment == experiment) & (df.method == method) & (df.metric == metric)]
-    if rnd == "last":
-        rows = rows[rows["round"] == rows["round"].max()] if len(rows) else rows
-    else:
-        rows = rows[rows["round"] == rnd]
-    if len(rows) != 1 or _isnan(rows.iloc[0][column]):
-        return None, rows.iloc[0] if len(rows) == 1 else None
-    return float(rows.iloc[0][column]), rows.iloc[0]
-
-
-def _compare(df, experiment, claim, column) -> tuple[str, str]:
-    metric, rnd, margin = claim["metric"], claim.get("round", "last"), float(claim.get("by", 0.0))
-    a, row = _value(df, experiment, claim["method"], metric, rnd, column)
-    if a is None:
-        why = "not run" if row is None or not str(row.status).startswith("ok") else "no value"
-        return "not testable", f"{claim['method']}: {why}"
-    sign = 1.0 if higher_is_better(metric, str(row.statistic)) else -1.0
-    parts, state = [], "holds"
-    for other in claim["beats"]:
-        b, _ = _value(df, experiment, other, metric, rnd, column)
-        if b is None:
-            parts.append(f"{other}: no value")
-            state = "not testable" if state == "holds" else state
-            continue
-        gap = sign * (a - b)
-        ok = gap >= margin - 1e-9
-        state = state if ok else "does not hold"
-        parts.append(f"{other} {b:.3g} ({'+' if gap >= 0 else '−'}{abs(gap):.3g}{' ✓' if ok else ' ✗'})")
-    return state, f"{claim['method']} {a:.3g} vs " + ", ".join(parts)
-
-
-def check_claim(df: pd.DataFrame, paper: str, claim: dict, substitutes=()) -> ClaimResult:
-    """Evaluate one claim on a table frame: per experiment, on our numbers and on the published ones."""
-    res = ClaimResult(paper, claim)
-    for exp in claim["experiments"]:
-        ours, detail = _compare(df, exp, claim, "ours_mean")
-        pub, pub_detail = _compare(df, exp, claim, "published_mean")
-        if (df[df.experiment == exp].published_source.fillna("") == "").all():
-            pub, pub_detail = "—", "the paper has no values here" + (" (our substitute)" if exp in substitutes else "")
-        res.checks.append(Check(exp, ours, pub, f"ours: {detail}; published: {pub_detail}"))
-    return res
-
-
-def paper_claims(papers: list[str]) -> list[tuple[str, dict]]:
-    return [(paper, c) for paper in papers for c in load_paper(paper).get("claims", [])]
-
-
-# --- the page -----------------------------------------------------------------------------------------
 
 def _link(target: str | Path, reports: Path) -> str:
     """A link from the scorecard (``<reports>/README.md``) to ``target``."""
@@ -208,69 +38,12 @@ def _fmt(x, digits=2) -> str:
     return "—" if _isnan(x) else f"{x:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{x:g}"
 
 
-def _cause_of(causes: list[dict], row: dict) -> dict | None:
-    """The first entry of the causes file whose given keys (tables, experiment, method, metrics) all
-    match the cell."""
-    for c in causes:
-        if ("tables" in c and row["table"] not in c["tables"]) or ("metrics" in c and row["metric"] not in c["metrics"]):
-            continue
-        if all(c[k] == row[k] for k in ("experiment", "method") if k in c):
-            return c
-    return None
-
-
-CELL_KEY = ("experiment", "method", "metric", "round", "target", "statistic")
-
-
-def _cell_key(r) -> str:
-    return str(tuple(None if _isnan(r.get(k)) else r.get(k) for k in CELL_KEY))
-
-
-def per_number(dist: pd.DataFrame) -> tuple[int, int, int, dict]:
-    """(numbers, within on every table, within on some table, {papers: numbers printed by all of them})
-    over the distinct published cells we ran
-    with a tolerance, counted once per distinct published number: a paper that reprints another's cell
-    (the BayesADMM paper's FMNIST baselines are the FedLap paper's) prints the same number at the same
-    address. A reprinted number can be within one paper's tolerance and outside the other's, hence a range."""
-    ran = dist[dist.verdict.isin(RAN)]
-    if ran.empty:
-        return 0, 0, 0, {}
-    key = ran.apply(lambda r: _cell_key(r) + repr(r.published_mean), axis=1)
-    groups = ran.assign(_k=key).groupby("_k")
-    within = groups.verdict.agg(lambda v: (set(v) == {"within"}, "within" in set(v)))
-    shared = groups.published_source.agg(lambda v: tuple(sorted({s.split()[0] for s in v})))
-    shared = shared[shared.map(len) > 1].value_counts().to_dict()
-    return len(within), sum(a for a, _ in within), sum(b for _, b in within), shared
-
-
-def cause_counts(outside: pd.DataFrame, dist: pd.DataFrame, causes: list[dict]) -> tuple[pd.Series, dict]:
-    """Cells outside per cause on the headline basis (:data:`PER_TABLE`, the rows of ``dist``), most first,
-    so that they add up to the number outside; and per cause the cells outside in no paper table's row
-    of the basis (``outside`` holds every table's outside cells with their ``_cause`` and ``_key``)."""
-    basis = dist[dist.verdict == "outside"]
-    ids = pd.Series([(lambda c: causes.index(c) if c is not None else -1)(_cause_of(causes, r))
-                     for r in basis.to_dict("records")], dtype=int)
-    per = ids.value_counts(sort=False)
-    keys = {_cell_key(r) + repr((r["ours_mean"], r["published_mean"])) for r in basis.to_dict("records")}
-    rest = outside[~outside._key.isin(keys)]
-    extra = {int(i): int(k) for i, k in rest.groupby("_cause")._key.nunique().items()}
-    for i in extra:  # a cause whose cells are all outside the basis still gets its number
-        per[i] = per.get(i, 0)
-    order = sorted(per.index, key=lambda i: (-per[i], -extra.get(i, 0)))
-    return per.reindex(order).astype(int), extra
-
-
 def terminal_line(result: dict) -> str:
     """The scorecard job's line in the terminal: the In short section's counts, in its words."""
     n, (numbers, lo, hi) = result["distinct"], result["per_number"]
     return (f"{PER_TABLE}: {n['within']} of {n['within'] + n['outside']} within ({n['outside']} outside); "
             f"{PER_NUMBER}: {lo}–{hi} of {numbers} within; {n['not run: no data']} not run: no data, "
             f"{n['not run: other']} not run: other, {n['not comparable']} not comparable")
-
-
-def paper_of(table: str) -> str:
-    """The paper a table reproduces (its folder); the headline table has none."""
-    return table.split("/")[0] if "/" in table else "headline"
 
 
 def run_records(p: dict) -> list[Path]:
@@ -335,50 +108,6 @@ def _and(names) -> str:
 
 def _tol(spec: dict) -> str:
     return ", ".join(f"{k} ±{v}" for k, v in (spec.get("tolerance") or {}).items()) or "none"
-
-
-class FigureClaim(ClaimResult):
-    """A paper's claim about one of its figures, checked on the toy's own verdict column (the toy reads the
-    claim and its threshold from papers/<paper>.yaml `figure_claims`)."""
-
-    @property
-    def ours(self) -> str:
-        c = self.checks[0]
-        return "holds" if c.ours == "holds" else "does not hold"
-
-    @property
-    def published(self) -> str:
-        return "holds"
-
-
-def toy_results(p: dict) -> tuple[pd.DataFrame, list]:
-    """The data-free targets (params `toys`) as the scorecard counts them: a toy whose CSV has published values
-    and an acceptable range gives published cells (its verdict: ``within`` the range or ``outside``), one
-    whose CSV has a claim and a verdict per row gives figure claims."""
-    reports, frames, claims = Path(paths(p)["reports"]), [], []
-    for name in p.get("toys", {}):
-        f = reports / f"{name}.csv"
-        if not f.exists():
-            continue
-        df = pd.read_csv(f)
-        paper = paper_of(name)
-        if {"published_mean", "within_range"} <= set(df.columns):
-            table = name.split("/", 1)[1]
-            experiment, row = next(iter(load_paper(paper)["tables"][table]["rows"].items()))
-            frames.append(pd.DataFrame({
-                "table": name, "experiment": experiment, "method": df.method,
-                "metric": [next(iter(row[m])) for m in df.method], "round": float("nan"), "target": float("nan"),
-                "statistic": "mean over draws", "ours_mean": df.ours_mean, "published_mean": df.published_mean,
-                "published_source": f"{paper} {table}", "diff": df.ours_mean - df.published_mean,
-                "within_tol": df.within_range.astype(bool), "status": "ok"}))
-        elif {"paper", "verdict"} <= set(df.columns):
-            for r in df[df.verdict.fillna("") != ""].itertuples():
-                value = "never" if pd.isna(r.value) else f"{r.value:.4g}"
-                claims.append((paper, {"text": f"Fig. {r.figure}: {r.paper}", "table": name},
-                               FigureClaim(paper, {"text": r.paper}, [Check(f"Fig. {r.figure}", r.verdict, "holds",
-                                                                              f"{r.quantity} is {value}")])))
-    cells = published_cells(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
-    return cells, claims
 
 
 def build_scorecard(p: dict, out: str | Path) -> dict:

@@ -131,7 +131,7 @@ def dataset_modules(datasets) -> list[str]:
 RULE_CODE = {
     "evaluate": (["fedbayes.eval.evaluate"], []),
     "select": (["fedbayes.reports.selection"], []),
-    "table": (["fedbayes.reports.tables", "fedbayes.reports.scorecard"], ["papers"]),
+    "table": (["fedbayes.reports.tables", "fedbayes.reports.tally"], ["papers"]),
     "toy": (["fedbayes.reports.toys"], ["papers"]),
     "scorecard": (["fedbayes.reports.scorecard"], ["papers"]),
     "headline": (["fedbayes.reports.headline"], []),
@@ -141,4 +141,5 @@ RULE_CODE = {
 }
 # Modules a command calls to read its arguments and guard its outputs, not to compute them: their edit
 # reruns no job (the evaluate job of a committed run, which keeps no predictions, could not rerun).
-COMMAND_PLUMBING = {"fedbayes.study", "fedbayes.ownership", "fedbayes.fileio", "fedbayes.runpaths"}
+# fedbayes.cli.common is the commands' own reading of --params/--scale.
+COMMAND_PLUMBING = {"fedbayes.study", "fedbayes.ownership", "fedbayes.fileio", "fedbayes.runpaths", "fedbayes.cli.common"}

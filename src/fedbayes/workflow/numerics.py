@@ -1,5 +1,5 @@
 """The numerics gate: a finished run is adopted only by code that computes its method's numbers as the
-code of the method's last numerics check did (fedbayes.engine.replay.numerics_check). Where the code (the
+code of the method's last numerics check did (fedbayes.engine.goldens.numerics_check). Where the code (the
 method's sources, the numerics versions) or the machine class differs from that of the method's record
 (work/numerics/<method>.json), or a run of the method takes a code path no golden of that check covered,
 the method's gate is due: a job (rule ``numerics_check``) that replays its goldens, an input of the jobs
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fedbayes.study import experiment_config, sweep_points
 from fedbayes.study import method_hparams as resolved_hparams
-from fedbayes.engine.replay import check_due, run_tag
+from fedbayes.engine.goldens import check_due, run_tag
 from fedbayes.workflow.markers import file_state
 
 

@@ -1,0 +1,5 @@
+"""``python -m fedbayes.cli``: the ``fedbayes`` command."""
+
+from fedbayes.cli import main
+
+main()

@@ -1,0 +1,113 @@
+"""Subcommands that build reports from finished runs: ``table``, ``headline``, ``scorecard``,
+``rehearsal-summary``, ``toy``, ``select`` and ``sweep-report``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fedbayes.cli.common import _params
+from fedbayes.fileio import write_text_atomic
+from fedbayes.ownership import check_outputs
+from fedbayes.reports.headline import write_headline
+from fedbayes.reports.rehearsal import build_summary
+from fedbayes.reports.toys import TOYS, toy_csv, toy_files
+from fedbayes.runpaths import selected_file
+from fedbayes.study import ConfigError, experiment_config, paths, stand_in_size
+
+
+def cmd_table(args) -> None:
+    p = _params(args)
+    from fedbayes.reports.tally import table_summary
+    from fedbayes.reports.tables import build_table, built_files, table_csv  # (lazy: matplotlib, pandas)
+
+    if args.table not in p["tables"]:
+        raise ConfigError(f"table {args.table!r}: not a table of params.yaml `tables` {sorted(p['tables'])}")
+    files = built_files(p, args.table, args.out)
+    check_outputs(p, "--out", files, built_files(p, args.table, table_csv(p, args.table)), ".csv")
+    md = Path(args.out).with_suffix(".md")
+    if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a table's
+        raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a table's; "
+                          "give another path")
+    df = build_table(p, args.table, out=args.out)
+    print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
+
+
+def cmd_headline(args) -> None:
+    p = _params(args)
+    absent = []
+    files = write_headline(p, args.table_csv, args.out, absent)
+    plots = [f for f in files if f.suffix == ".csv"]
+    print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
+          f"{args.out}/ for `dvc metrics show`, {len(plots)} curve files for `dvc plots show`", flush=True)
+    if absent:
+        print(f"  no curve (runs absent): {', '.join(dict.fromkeys(absent))}", flush=True)
+    print("\n".join(f"  wrote {f}" for f in plots), flush=True)
+
+
+def cmd_scorecard(args) -> None:
+    p = _params(args)
+    from fedbayes.reports.scorecard import build_scorecard, terminal_line  # (lazy: pandas)
+
+    print(f"wrote {args.out}: {terminal_line(build_scorecard(p, args.out))}")
+
+
+def cmd_rehearsal_summary(args) -> None:
+    p = _params(args)
+    if not stand_in_size(p):
+        raise ConfigError(f"scale {p['scale']}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
+    rows = build_summary(p, args.out)
+    bad = [f"{r['experiment']}/{r['method']}" for r in rows if not r["ok"]]
+    print(f"wrote {args.out}: {len({r['experiment'] for r in rows})} experiments, {len(rows) - len(bad)} of "
+          f"{len(rows)} experiment × method pairs ran on stand-in data" + (f"; not: {', '.join(bad)}" if bad else ""))
+    if bad:
+        sys.exit(1)
+
+
+def cmd_toy(args) -> None:
+    p = _params(args)
+    if args.name not in TOYS:
+        raise SystemExit(f"fedbayes toy: unknown toy {args.name!r}; known: {sorted(TOYS)}")
+    if args.name not in (p.get("toys") or {}):
+        raise ConfigError(f"toy {args.name!r}: params.yaml has no `toys.{args.name}` block (its toys: "
+                          f"{', '.join(p.get('toys') or {}) or 'none'})")
+    # the toy's own files, or paths outside the workflow's folders (fedbayes.ownership), as `table --out`
+    check_outputs(p, "--out", toy_files(p, args.name, args.out), toy_files(p, args.name, toy_csv(p, args.name)), ".csv")
+    md = Path(args.out).with_suffix(".md")
+    if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a toy's
+        raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a toy's; "
+                          "give another path")
+    print(TOYS[args.name].build(p, args.out).to_string(index=False))
+
+
+def cmd_select(args) -> None:
+    from fedbayes.reports.selection import write_selection  # (lazy: pandas)
+
+    p = _params(args)
+    own = selected_file(paths(p), args.experiment, args.method)
+    if args.out:
+        check_outputs(p, "--out", [Path(args.out)], [own], ".json")
+    sel = write_selection(p, args.experiment, args.method, args.out)
+    if "from" in sel["criterion"]:
+        print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
+    for c in sel["candidates"]:
+        print(f"{args.experiment}/{args.method} {c['point']:>20}: {sel['criterion']['metric']} = {c['value']:.4f}"
+              + ("   <- selected" if c["point"] == sel["point"] else ""))
+
+
+def cmd_sweep_report(args) -> None:
+    p = _params(args)
+    from fedbayes.reports.selection import sweep_frame  # (lazy: pandas)
+
+    check_outputs(p, "--out", [Path(args.out)], sweep_report_files(p, args.experiment), ".csv")
+    df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
+    write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
+    print(df.to_string(index=False))
+
+
+def sweep_report_files(p: dict, experiment: str) -> list[Path]:
+    """Where the workflow keeps an experiment's sweep report: ``<reports>/sweeps/<experiment>.csv``, and
+    ``<reports>/<folder>/sweep_<experiment>.csv`` beside each table with ``sweeps: beside``."""
+    reports = Path(paths(p)["reports"])
+    folders = sorted({t.rpartition("/")[0] for t, s in p["tables"].items() if s.get("sweeps") == "beside"} - {""})
+    return [reports / "sweeps" / f"{experiment}.csv"] + [reports / f / f"sweep_{experiment}.csv" for f in folders]
