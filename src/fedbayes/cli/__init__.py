@@ -148,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_toy)
 
     sp = with_params(sub.add_parser("select", help="pick a method's sweep point by params.yaml `selection`"))
-    sp.add_argument("--experiment", help="an experiment of params.yaml `experiments`")
-    sp.add_argument("--method", help="a method of that experiment")
+    sp.add_argument("--experiment", required=True, help="an experiment of params.yaml `experiments`")
+    sp.add_argument("--method", required=True, help="a method of that experiment")
     sp.add_argument("--out", help="the selection JSON (default: results/runs/<experiment>/<method>/selected.json)")
     sp.set_defaults(fn=cmd_select)
 

@@ -18,6 +18,11 @@ from fedbayes.study import ConfigError
 def cmd_data(args) -> None:
     if args.status and len(args.names) != 1:
         raise SystemExit("fedbayes data: --status takes exactly one dataset")
+    from fedbayes.data import DATASETS
+
+    unknown = [n for n in args.names if n not in DATASETS]
+    if unknown:
+        raise ConfigError(f"unknown dataset {unknown[0][:80]!r}; known: {', '.join(sorted(DATASETS))}")
     root = args.root or (f"data/raw-stand-in/{args.stand_in}" if args.stand_in else "data/raw")
     if args.stand_in:
         check_stand_in_root(root, args.names)

@@ -83,7 +83,10 @@ def cmd_numerics_check(args) -> None:
     unknown = [m for m in methods if m not in METHOD_SPECS]
     if unknown:
         raise ConfigError(f"not installed: {', '.join(unknown)} (`fedbayes methods` lists them)")
-    hparams = json.loads(args.hparams) if args.hparams else None
+    try:
+        hparams = json.loads(args.hparams) if args.hparams else None
+    except ValueError:
+        raise ConfigError(f"--hparams is not a JSON object: {args.hparams[:80]!r}") from None
     records = []
     for i, m in enumerate(methods):
         record = Path(args.record) if args.record else Path(args.work) / "numerics" / f"{m}.json"
