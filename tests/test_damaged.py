@@ -191,6 +191,7 @@ def test_a_tables_mlflow_import_trains_and_imports_that_tables_runs_only(tmp_pat
                 set(re.findall(r"^rule (mlflow\w*):", plan, re.M)))
 
     d = copy_repo(repo, tmp_path / "repo", two_tables, scale="paper")
+    sh("snakemake --cores 1 work/data/synthetic.json", d)   # the data status (a checkpoint) before the plan
     assert trained("mlflow_faults") == ({("synth-k4", "fedprox")}, {"mlflow_faults"})
     assert trained("mlflow") == ({("synth-k4", "fedprox"), ("synth-k4", "fedavg"), (LONG, "fedavg")},
                                  {"mlflow_faults", "mlflow_other", "mlflow"})

@@ -27,8 +27,10 @@ def test_a_rerun_reason_shows_the_old_and_the_new_value():
 
 
 def test_the_dag_names_old_and_new_values_in_its_rerun_reason(repo):
-    """The train rule's marker text is config_changes with the values (workflow/rules/train.smk)."""
-    assert "config_changes(info[\"config\"], cfg, values=True)" in (repo / "workflow/rules/train.smk").read_text()
+    """The train rule's marker text (workflow/rules/train.smk: staleness.run_changes) is config_changes with
+    the values."""
+    assert "staleness.run_changes(" in (repo / "workflow/rules/train.smk").read_text()
+    assert "config_changes(info[\"config\"], cfg, values=True)" in (repo / "src/fedbayes/workflow/staleness.py").read_text()
 
 
 def test_a_table_without_published_numbers_says_nothing_of_them():

@@ -50,7 +50,7 @@ def cell_tolerance(p: dict, spec: dict, source: str, metric: str) -> float | int
     "paper table": ``tables.<paper>/<table>.tolerance``) where the study reports that table, else the
     reporting table's own. A number reprinted by another report table (the headline table reprints the
     papers' cells) thus gets one verdict everywhere; NaN where neither sets one for ``metric``."""
-    own = p["tables"].get(source.replace(" ", "/"), {}) if source else {}
+    own = p.get("tables", {}).get(source.replace(" ", "/"), {}) if source else {}
     tol = (own.get("tolerance") or {}) if metric in (own.get("tolerance") or {}) else (spec.get("tolerance") or {})
     return tol.get(metric, float("nan"))
 
