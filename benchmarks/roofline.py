@@ -61,18 +61,21 @@ PROTOCOLS = [
 ]
 
 
-def forward_macs(module: nn.Module, in_shape: tuple[int, ...]) -> int:
-    """Multiply-adds of one row's forward pass through the Linear and Conv layers (weights only; bias
-    adds, activations, pooling and normalisation not counted), from the shapes a forward hook sees."""
-    total = 0
+def split_macs(module: nn.Module, in_shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(Linear, Conv2d, first layer's) multiply-adds of one row's forward pass, from the layers' shapes
+    (forward hooks, in the order the layers run)."""
+    lin = conv = 0
+    first = None
 
     def hook(mod, inputs, output):
-        nonlocal total
+        nonlocal lin, conv, first
         if isinstance(mod, nn.Linear):
-            total += mod.in_features * mod.out_features * (output.numel() // output.shape[-1])
-        elif isinstance(mod, nn.Conv2d):
-            k = (mod.in_channels // mod.groups) * math.prod(mod.kernel_size)
-            total += output.numel() * k          # output elements (batch 1) × MACs per element
+            n = mod.in_features * mod.out_features * (output.numel() // output.shape[-1])
+            lin += n
+        else:
+            n = output.numel() * (mod.in_channels // mod.groups) * math.prod(mod.kernel_size)
+            conv += n
+        first = n if first is None else first
 
     handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
     was = module.training
@@ -84,7 +87,14 @@ def forward_macs(module: nn.Module, in_shape: tuple[int, ...]) -> int:
         module.train(was)
         for h in handles:
             h.remove()
-    return total
+    return lin, conv, first or 0
+
+
+def forward_macs(module: nn.Module, in_shape: tuple[int, ...]) -> int:
+    """Multiply-adds of one row's forward pass through the Linear and Conv layers (weights only; bias
+    adds, activations, pooling and normalisation not counted), from the shapes a forward hook sees."""
+    lin, conv, _ = split_macs(module, in_shape)
+    return lin + conv
 
 
 def matmul_gflops(n: int = 2048, reps: int = 3) -> float:

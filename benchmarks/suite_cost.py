@@ -108,37 +108,14 @@ def throughput(reps: int = 3) -> dict:
 
 
 def split_macs(module, in_shape) -> tuple[int, int, int]:
-    """(Linear, Conv2d, first layer's) multiply-adds of one row's forward pass, from the layers' shapes
-    (forward hooks, in the order the layers run)."""
-    import math
+    """(Linear, Conv2d, first layer's) multiply-adds of one row's forward pass (roofline.split_macs: the
+    layers' shapes, seen by forward hooks)."""
+    here = str(Path(__file__).resolve().parent)   # benchmarks/, also when this module is imported by a test
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from roofline import split_macs as layer_macs   # (lazy: torch)
 
-    import torch
-    from torch import nn
-
-    lin = conv = 0
-    first = None
-
-    def hook(mod, inputs, output):
-        nonlocal lin, conv, first
-        if isinstance(mod, nn.Linear):
-            n = mod.in_features * mod.out_features * (output.numel() // output.shape[-1])
-            lin += n
-        else:
-            n = output.numel() * (mod.in_channels // mod.groups) * math.prod(mod.kernel_size)
-            conv += n
-        first = n if first is None else first
-
-    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-    was = module.training
-    try:
-        with torch.random.fork_rng(), torch.no_grad():
-            module.eval()
-            module(torch.zeros(1, *in_shape))
-    finally:
-        module.train(was)
-        for h in handles:
-            h.remove()
-    return lin, conv, first or 0
+    return layer_macs(module, in_shape)
 
 
 # Passes (in units of one forward of one point) a method makes per client point per round beyond local
