@@ -50,8 +50,9 @@ rule numerics_check:
         cmd=f"{FEDBAYES} numerics-check --goldens {shlex.quote(str(GOLDENS))} --work {shlex.quote(WORK)} --due-only",
     log:
         f"{WORK}/logs/numerics/{{method}}.{{key}}.log",
-    shell:  # each code path's check in turn (one line if this machine rounds differently), then the gate
-        "for h in {params.hparams:q}; do {params.cmd} {wildcards.method} --hparams \"$h\" || exit 1; done 2>&1 | tee {log:q}"
+    shell:  # each code path's check in turn, in one process (one line if this machine rounds differently), then the gate
+        "args=(); for h in {params.hparams:q}; do args+=(--hparams \"$h\"); done;"
+        " {params.cmd} {wildcards.method} \"${{args[@]}}\" 2>&1 | tee {log:q}"
         " && printf '%s\\n' {wildcards.method} > {output:q}"
 
 

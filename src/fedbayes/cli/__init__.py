@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--work", default="work", help="where each check's record goes: <work>/numerics/<method>.json "
                     "(default: %(default)s)")
     sp.add_argument("--record", help="one method's record file instead (default: under --work)")
-    sp.add_argument("--hparams", help="JSON: a run's hyperparameters, for the first method (a method without a committed "
-                    "golden gets one from them)")
+    sp.add_argument("--hparams", action="append", help="JSON: a run's hyperparameters, for the first method (a method "
+                    "without a committed golden gets one from them); repeated: each of its code paths in turn")
     sp.set_defaults(fn=cmd_numerics_check)
 
     sp = with_params(sub.add_parser("table", help="build a table (ours vs published): its CSV, .md and figures"))

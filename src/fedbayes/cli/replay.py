@@ -83,14 +83,16 @@ def cmd_numerics_check(args) -> None:
     unknown = [m for m in methods if m not in METHOD_SPECS]
     if unknown:
         raise ConfigError(f"not installed: {', '.join(unknown)} (`fedbayes methods` lists them)")
-    try:
-        hparams = json.loads(args.hparams) if args.hparams else None
-    except ValueError:
-        raise ConfigError(f"--hparams is not a JSON object: {args.hparams[:80]!r}") from None
+    checks = []   # (method, hyperparameters of one code path or None): every --hparams is the first method's
+    for h in args.hparams or ():
+        try:
+            checks.append((methods[0], json.loads(h)))
+        except ValueError:
+            raise ConfigError(f"--hparams is not a JSON object: {h[:80]!r}") from None
+    checks = (checks or [(methods[0], None)]) + [(m, None) for m in methods[1:]]
     records = []
-    for i, m in enumerate(methods):
+    for m, hp in checks:
         record = Path(args.record) if args.record else Path(args.work) / "numerics" / f"{m}.json"
-        hp = hparams if i == 0 else None
         if args.due_only and not check_due(m, record, hp):
             continue
         try:
@@ -107,6 +109,6 @@ def cmd_numerics_check(args) -> None:
             print(f"fedbayes numerics-check: {problem}", file=sys.stderr)
             sys.exit(1)
         records.append(record)
-    note = roundoff_note(records)
+    note = roundoff_note(list(dict.fromkeys(records)))
     if note:
         print(f"fedbayes numerics-check: {note}", flush=True)
