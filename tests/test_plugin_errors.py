@@ -114,23 +114,9 @@ def boom_line() -> str:
 
 
 def boom_params(tmp_path: Path, fail_round: int) -> Path:
-    from dagutil import read_params
-    from test_cli_train import SYNTH
+    from pluginutil import synthetic_params   # its synthetic experiment: 3 rounds
 
-    p = read_params(REPO)
-    p["experiments"] = {"synth": {**SYNTH, "rounds": 3, "report_rounds": [3],
-                                  "methods": {"fedboom": {"fail_round": fail_round}}}}
-    p["seeds"] = [0]
-    p["smoke"].pop("experiments", None)
-    p["tables"] = {}
-    p.pop("headline")
-    p["paths"] = {k: str(tmp_path / k) for k in ("raw", "partitions", "runs", "reports", "work")}
-    p["paths"]["mlflow_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    (tmp_path / "workflow/schemas").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "workflow/schemas/params.schema.yaml").write_text(
-        (REPO / "workflow/schemas/params.schema.yaml").read_text())
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-    return tmp_path / "params.yaml"
+    return synthetic_params(tmp_path, {"fedboom": {"fail_round": fail_round}})
 
 
 def test_an_exception_in_a_plugins_client_update_is_one_line_and_leaves_nothing_behind(tmp_path):
