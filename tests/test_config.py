@@ -153,7 +153,7 @@ def test_run_config_hash_tracks_what_matters(params):
     p["methods"]["fedavg"]["lr"] = 0.01
     assert config_hash(a) != config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0, pt))
     p = copy.deepcopy(params)
-    p["tables"]["table1"]["tolerance"]["test/acc"] = 3.0  # table settings never retrain
+    p["tables"]["fedlap/table1"]["tolerance"]["test/acc"] = 3.0  # table settings never retrain
     p["methods"]["fedavg"]["sweep"]["local_epochs"].append(20)  # nor does adding another grid point
     assert config_hash(a) == config_hash(run_config(p, "fmnist10-iid-k10", "fedavg", 0, pt))
 
@@ -588,7 +588,7 @@ def test_sweep_grid_values_get_the_rule_of_their_hyperparameter(params, schema, 
 @pytest.mark.parametrize("path", [
     ("experiments", "fmnist10-iid-k10", "train", "lr"), ("methods", "fedavg", "lr"),
     ("experiments", "fmnist10-dir-k10", "partition", "alpha2"), ("experiments", "fmnist10-iid-k10", "subsample"),
-    ("tables", "table1", "tolerance", "test/acc"), ("methods", "fedavg", "sweep", "lr"),
+    ("tables", "fedlap/table1", "tolerance", "test/acc"), ("methods", "fedavg", "sweep", "lr"),
 ])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_numbers_are_refused(params, schema, path, value):
