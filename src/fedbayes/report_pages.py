@@ -35,18 +35,6 @@ tr:nth-child(even) td { background: #fbfcfd; }
 SCORECARD_CATEGORY = "1. Reproduction scorecard"   # the report sorts categories by name: this one first
 
 
-def category(name: str) -> str:
-    """The report category of a page of table or toy ``name``: its paper's title (papers/<paper>.yaml), or
-    "Headline benchmark" for a table outside a paper's folder (table1): the category of its figures too."""
-    import yaml
-
-    if "/" not in name:
-        return "Headline benchmark"
-    paper = name.split("/")[0]
-    f = Path(__file__).parent / "papers" / f"{paper}.yaml"
-    return (yaml.safe_load(f.read_text()) or {}).get("title", paper) if f.exists() else paper
-
-
 def markdown_body(text: str) -> str:
     """CommonMark with GitHub tables; raw HTML in the source is shown as text, not interpreted."""
     from markdown_it import MarkdownIt

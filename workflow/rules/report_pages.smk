@@ -4,7 +4,7 @@
 # its own category, named to sort first ("1. Reproduction scorecard"); a table's pages sit beside its
 # figures (its paper's category, a subcategory per table). `snakemake report_pages` renders them; the
 # report itself (`snakemake --report`) runs nothing.
-from fedbayes.report_pages import SCORECARD_CATEGORY, category as page_category
+from fedbayes.report_pages import SCORECARD_CATEGORY
 
 REPORT_PAGES = {"README.md": "scorecard"} | {
     f"{t}.{ext}": t for t in [*config["tables"], *config.get("toys", {})] for ext in ("md", "csv")}
@@ -20,7 +20,7 @@ rule report_page:
         code=fixed(CODE["report_page"]),
     output:
         report(f"{WORK}/report/{{page}}.html", caption="../report/page.rst",
-               category=lambda wc: SCORECARD_CATEGORY if wc.page == "README.md" else page_category(_page_of(wc)),
+               category=lambda wc: SCORECARD_CATEGORY if wc.page == "README.md" else plan.report_category(_page_of(wc), codes.ROOT / "papers"),
                subcategory=lambda wc: "scorecard (reports/README.md)" if wc.page == "README.md" else _page_of(wc),
                labels=lambda wc: {"page": wc.page, "shows": "rendered " + wc.page.rsplit(".", 1)[-1]}),
     wildcard_constraints:
