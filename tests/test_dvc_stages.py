@@ -233,18 +233,47 @@ def test_outs_are_generated_with_the_params(tmp_path):
                if isinstance(o, dict) and s != "data")
 
 
-def test_no_dvc_output_expects_the_dvc_cache():
-    """No DVC remote holds this project's files: a clone's data come from `fedbayes data` (checksummed
-    sources) and its reports from Snakemake, so none is in DVC's cache, and an output cached by DVC reads
-    "not in cache" (a change) in `dvc status` right after set-up. Every output is declared cache: false."""
+def test_dvc_caches_the_raw_data_and_no_report():
+    """The raw data are DVC's to hand over (`dvc push` / `dvc pull`, docs/cluster.md): cached. Reports are
+    committed to git and rebuilt by Snakemake: cache: false, so none reads "not in cache" after set-up.
+    (A fresh clone once pulled no data at all when the data outs were cache: false.)"""
     import yaml
     from pathlib import Path
 
-    stages = yaml.safe_load((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text())["stages"]
-    cached = []
-    for name, s in stages.items():
-        for o in s.get("outs", []) + s.get("metrics", []) + s.get("plots", []):
-            path, opts = next(iter(o.items())) if isinstance(o, dict) else (o, {})
-            if (opts or {}).get("cache", True) is not False:
-                cached.append(f"{name}: {path}")
-    assert not cached, cached
+    from fedbayes.workflow.plan import dvc_cached_outputs
+
+    root = Path(__file__).resolve().parents[1]
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    data = {next(iter(o)) if isinstance(o, dict) else o for o in stages["data"]["outs"]}
+    assert data == {"data/raw/fmnist", "data/raw/mnist5k"}
+    assert dvc_cached_outputs(root) == data
+
+
+def test_the_data_step_puts_a_fetched_dvc_output_into_the_cache(tmp_path):
+    """After a fetch outside DVC, `dvc status` reads "not in cache"; the data step's command (what
+    workflow/rules/data.smk runs after `fedbayes data`) caches the folder and `dvc status` reads up to
+    date. A folder DVC does not cache gets no command; content unlike dvc.lock is refused, in one line."""
+    import subprocess
+    import sys
+
+    from fedbayes.workflow.plan import dvc_cache_command, dvc_cached_outputs
+
+    def sh(cmd):
+        return subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    (tmp_path / "dvc.yaml").write_text("stages:\n  data:\n    cmd: 'true'\n    outs:\n      - raw/a:\n"
+                                       "          persist: true\n      - raw/b:\n          cache: false\n")
+    (tmp_path / "raw/a").mkdir(parents=True)
+    (tmp_path / "raw/a/x").write_text("1")
+    (tmp_path / "raw/b").mkdir()
+    dvc = f"{sys.executable} -m dvc"
+    sh(f"git init -q && {dvc} init -q && {dvc} commit -f -q data && rm -rf .dvc/cache")
+    assert "not in cache" in sh(f"{dvc} status")
+    cached = dvc_cached_outputs(tmp_path)
+    assert cached == {"raw/a"} and dvc_cache_command("raw/b", cached, "l", sys.executable) == ":"
+    sh(dvc_cache_command("raw/a", cached, str(tmp_path / "lock"), sys.executable))
+    assert "up to date" in sh(f"{dvc} status")
+    (tmp_path / "raw/a/x").write_text("2")
+    lock = (tmp_path / "dvc.lock").read_text()
+    out = sh(dvc_cache_command("raw/a", cached, str(tmp_path / "lock"), sys.executable))
+    assert "refused" in out and (tmp_path / "dvc.lock").read_text() == lock

@@ -12,6 +12,13 @@
 # At rehearsal scale every dataset is a stand-in (fedbayes.data.standin), generated and fetched by the same
 # code into the folder beside paths.raw named "<raw>-stand-in/<size>" (fedbayes.study.paths).
 STAND_IN = ["--stand-in", stand_in_size(config)] if stand_in_size(config) else []
+# A fetched folder that dvc.yaml keeps in DVC's cache (the `data` stage's outs) goes into the cache after
+# the fetch: `dvc status` then reads it as up to date and `dvc push` sends it to a remote (docs/cluster.md).
+DVC_CACHED = plan.dvc_cached_outputs(".")
+
+
+def dvc_cache(wildcards):
+    return plan.dvc_cache_command(f"{RAW}/{wildcards.dataset}", DVC_CACHED, f"{WORK}/data/.dvc.lock", sys.executable)
 
 
 checkpoint data:
@@ -19,6 +26,8 @@ checkpoint data:
         f"{WORK}/data/{{dataset}}.json",
     log:
         f"{WORK}/logs/data/{{dataset}}.log",
+    params:
+        dvc_cache=dvc_cache,
     shell:
-        f"{FEDBAYES} data {{wildcards.dataset}} --root {shlex.quote(RAW)} {shlex.join(STAND_IN)} --status {{output:q}}"
-        f" 2>&1 | tee {{log:q}}"
+        f"{FEDBAYES} data {{wildcards.dataset}} --root {shlex.quote(RAW)} {shlex.join(STAND_IN)}"
+        f" --status {{output:q}} 2>&1 | tee {{log:q}} && {{params.dvc_cache}} >> {{log:q}} 2>&1"

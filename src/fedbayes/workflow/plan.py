@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shlex
 from pathlib import Path
 
 import yaml
@@ -57,6 +58,34 @@ def availability(work, datasets) -> bool | None:
     if any(s is not None and not s.get("available") for s in statuses):
         return False
     return None if any(s is None for s in statuses) else True
+
+
+def dvc_cached_outputs(root) -> set[str]:
+    """The outputs dvc.yaml (in ``root``) keeps in DVC's cache, as written there: a dataset folder fetched
+    by the data step among them is put into the cache after the fetch (``dvc commit <folder>``), so that
+    ``dvc status`` reads it as up to date and ``dvc push`` sends it to a remote."""
+    f = Path(root) / "dvc.yaml"
+    if not f.is_file() or not (Path(root) / ".dvc").is_dir():
+        return set()
+    cached = set()
+    for stage in (yaml.safe_load(f.read_text()) or {}).get("stages", {}).values():
+        for o in stage.get("outs", []):
+            path, opts = next(iter(o.items())) if isinstance(o, dict) else (o, {})
+            if (opts or {}).get("cache", True) is not False:
+                cached.add(str(path))
+    return cached
+
+
+def dvc_cache_command(folder: str, cached: set[str], lock: str, python: str) -> str:
+    """The shell command that puts a fetched ``folder`` into DVC's cache when dvc.yaml caches it (``cached``,
+    from dvc_cached_outputs), one at a time (``flock`` on ``lock``); ``:`` otherwise. DVC only caches here:
+    content that differs from dvc.lock is refused (and left for ``dvc status`` to report), which the command
+    says in one line without failing the fetch that succeeded."""
+    if folder not in cached:
+        return ":"
+    q = shlex.quote(folder)
+    return (f"flock {shlex.quote(lock)} {shlex.quote(python)} -m dvc commit -q {q}"
+            f" || echo 'fedbayes: dvc commit {q} refused (see dvc status); the data step itself succeeded'")
 
 
 def unrecorded(work, datasets) -> list[str]:
