@@ -28,8 +28,10 @@ data-source:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null; \
 	fi
 
+# the raw data (what the first table build fetches too), then into DVC's cache: `dvc status` reads up to date
 data: setup
-	fedbayes data fmnist mnist5k
+	$(VENV)/bin/fedbayes data fmnist mnist5k
+	$(VENV)/bin/dvc commit -q data/raw/fmnist data/raw/mnist5k
 
 # Snakemake without its per-job blocks and step counts: the jobs' own summary lines (what each table holds, what it
 # wrote) and errors; every job's full output is in work/logs/<rule>/…

@@ -182,18 +182,35 @@ def test_report_category_and_the_paper_twin_pattern(tmp_path):
 
 
 def test_the_numerics_gate_is_due_only_on_a_change(tmp_path, monkeypatch):
-    due = {"m": True}
+    due = {"m": True, "n": False}
     monkeypatch.setattr(numerics, "check_due", lambda m, record, hp: due[m])
     monkeypatch.setattr(numerics, "run_tag", lambda m, hp: str(hp["x"]))
     hps = [{"x": 1}, {"x": 2}]
-    path = numerics.gate(tmp_path, "m", numerics.due_hparams(tmp_path, "m", hps))
-    assert re.fullmatch(rf"{tmp_path}/numerics/gate/m\.check-[0-9a-f]{{12}}\.txt", path)
+    checks = {m: numerics.due_hparams(tmp_path, m, hps) for m in due}
+    assert checks == {"m": hps, "n": []}
+    path = numerics.gate(tmp_path, checks)
+    assert re.fullmatch(rf"{tmp_path}/numerics/gate/check-[0-9a-f]{{12}}\.txt", path)
     record = numerics.record_file(tmp_path, "m")
     record.parent.mkdir(parents=True)
     record.write_text("{}")   # a check made since: a new gate if due again
-    assert numerics.gate(tmp_path, "m", hps) != path
+    assert numerics.gate(tmp_path, checks) != path
+    assert numerics.gate(tmp_path, {"m": hps[:1]}) != numerics.gate(tmp_path, checks)   # another set of paths
     due["m"] = False           # unchanged code on the same machine: no gate, no job
-    assert numerics.due_hparams(tmp_path, "m", hps) == [] and numerics.gate(tmp_path, "m", []) is None
+    assert numerics.due_hparams(tmp_path, "m", hps) == [] and numerics.gate(tmp_path, {"m": [], "n": []}) is None
+
+
+def test_one_gate_holds_every_due_check_of_the_study(tmp_path, monkeypatch):
+    """The study's due checks run in one job: one gate file, each due method's code paths with it; a
+    method whose check is not due is not in it (its jobs wait on nothing)."""
+    from fedbayes.study import load_params
+
+    p = load_params(REPO / "params.yaml")
+    monkeypatch.setattr(numerics, "check_due", lambda m, record, hp: m in ("fedavg", "fedprox"))
+    path, checks = numerics.study_gate(p, tmp_path)
+    assert list(checks) == ["fedavg", "fedprox"] and len(checks["fedavg"]) == len(numerics.method_hparams(p, "fedavg"))
+    assert all(json.loads(h) for h in checks["fedprox"])
+    monkeypatch.setattr(numerics, "check_due", lambda m, record, hp: False)
+    assert numerics.study_gate(p, tmp_path) is None
 
 
 def test_the_method_hparams_are_one_per_code_path():

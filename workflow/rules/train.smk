@@ -9,22 +9,23 @@
 # clone must run never make finished runs look stale.
 #
 # The numerics gate (fedbayes.workflow.numerics): where a method's code or this machine's class differs
-# from that of its last numerics check, or its runs take a code path no golden covered, the job
-# numerics_check replays its goldens (`fedbayes numerics-check`: bit for bit on the goldens' machine class,
-# within round-off on another) before any of its runs trains and before a table shows its finished runs;
-# a real change stops there, naming the method and the first value outside. Unchanged code on the same
-# machine costs a source hash and plans no job.
+# from that of its last numerics check, or its runs take a code path no golden covered, its check is due.
+# One job (numerics_check, one process) replays every due check of the study (`fedbayes numerics-check`: bit
+# for bit on the goldens' machine class, within round-off on another) before any run of a due method trains
+# and before a table shows its finished runs; a real change stops there, naming the method and the first
+# value outside. Unchanged code on the same machine costs a source hash and plans no job.
 
 GOLDENS = Path(workflow.basedir, "tests/golden/numerics")
 
 
 @functools.cache
-def numerics_gate(method):  # (gate file, its code paths' hyperparameters) where the method's check is due
-    return numerics.method_gate(config, WORK, method)
+def numerics_gate():  # (gate file, {method: its due code paths' hyperparameters}) where checks are due
+    return numerics.study_gate(config, WORK)
 
 
-def gate_input(method):  # the gate as an input (forced, as the markers: see marker_input)
-    return [forced(g[0], f"numerics check of {method} due", "numerics_check") for g in [numerics_gate(method)] if g]
+def gate_input(method):  # the gate as an input where the method's check is due (forced, as the markers: see marker_input)
+    g = numerics_gate()
+    return [forced(g[0], f"numerics check of {', '.join(g[1])} due", "numerics_check")] if g and method in g[1] else []
 
 
 def run_cfg(wc):
@@ -42,18 +43,19 @@ def changed_config(wc):
 
 rule numerics_check:
     output:
-        f"{WORK}/numerics/gate/{{method}}.check-{{key}}.txt",
+        f"{WORK}/numerics/gate/check-{{key}}.txt",
     wildcard_constraints:
         key="[0-9a-f]{12}",
     params:
-        hparams=lambda wc: numerics_gate(wc.method)[1],
+        paths=lambda wc: [json.dumps({"method": m, "hparams": json.loads(h)}) for m, hs in numerics_gate()[1].items() for h in hs],
+        methods=lambda wc: list(numerics_gate()[1]),
         cmd=f"{FEDBAYES} numerics-check --goldens {shlex.quote(str(GOLDENS))} --work {shlex.quote(WORK)} --due-only",
     log:
-        f"{WORK}/logs/numerics/{{method}}.{{key}}.log",
-    shell:  # each code path's check in turn, in one process (one line if this machine rounds differently), then the gate
-        "args=(); for h in {params.hparams:q}; do args+=(--hparams \"$h\"); done;"
-        " {params.cmd} {wildcards.method} \"${{args[@]}}\" 2>&1 | tee {log:q}"
-        " && printf '%s\\n' {wildcards.method} > {output:q}"
+        f"{WORK}/logs/numerics/check-{{key}}.log",
+    shell:  # every due code path's check in turn, in one process (one line if this machine rounds differently), then the gate
+        "args=(); for p in {params.paths:q}; do args+=(--path \"$p\"); done;"
+        " {params.cmd} \"${{args[@]}}\" 2>&1 | tee {log:q}"
+        " && printf '%s\\n' {params.methods:q} > {output:q}"
 
 
 rule train:

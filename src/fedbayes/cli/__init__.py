@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--record", help="one method's record file instead (default: under --work)")
     sp.add_argument("--hparams", action="append", help="JSON: a run's hyperparameters, for the first method (a method "
                     "without a committed golden gets one from them); repeated: each of its code paths in turn")
+    sp.add_argument("--path", action="append", help='JSON {"method": ..., "hparams": {...}}: one code path of a method '
+                    "(the workflow's one job for every due check); repeated: each in turn, after the methods named")
     sp.set_defaults(fn=cmd_numerics_check)
 
     sp = with_params(sub.add_parser("table", help="build a table (ours vs published): its CSV, .md and figures"))

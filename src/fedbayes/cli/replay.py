@@ -78,9 +78,18 @@ def cmd_numerics_check(args) -> None:
     if args.record and len(args.methods) != 1:
         raise ConfigError("--record names one method's record; give one method, or --work")
     methods = golden_methods(args.goldens) if args.all else args.methods
-    if not methods:
-        raise ConfigError("name the methods to check, or --all")
-    unknown = [m for m in methods if m not in METHOD_SPECS]
+    paths = []   # (method, hyperparameters of one code path): --path
+    for h in args.path or ():
+        try:
+            d = json.loads(h)
+            paths.append((d["method"], dict(d["hparams"])))
+        except (ValueError, TypeError, KeyError):
+            raise ConfigError(f'--path is not a JSON object {{"method": ..., "hparams": {{...}}}}: {h[:80]!r}') from None
+    if not methods and not paths:
+        raise ConfigError("name the methods to check, or --all, or --path")
+    if args.hparams and not methods:
+        raise ConfigError("--hparams are the first named method's: name it")
+    unknown = [m for m in dict.fromkeys(methods + [m for m, _ in paths]) if m not in METHOD_SPECS]
     if unknown:
         raise ConfigError(f"not installed: {', '.join(unknown)} (`fedbayes methods` lists them)")
     checks = []   # (method, hyperparameters of one code path or None): every --hparams is the first method's
@@ -89,7 +98,7 @@ def cmd_numerics_check(args) -> None:
             checks.append((methods[0], json.loads(h)))
         except ValueError:
             raise ConfigError(f"--hparams is not a JSON object: {h[:80]!r}") from None
-    checks = (checks or [(methods[0], None)]) + [(m, None) for m in methods[1:]]
+    checks = ((checks or [(methods[0], None)]) + [(m, None) for m in methods[1:]] if methods else []) + paths
     records = []
     for m, hp in checks:
         record = Path(args.record) if args.record else Path(args.work) / "numerics" / f"{m}.json"

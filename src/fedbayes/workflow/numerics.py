@@ -2,8 +2,9 @@
 code of the method's last numerics check did (fedbayes.engine.goldens.numerics_check). Where the code (the
 method's sources, the numerics versions) or the machine class differs from that of the method's record
 (work/numerics/<method>.json), or a run of the method takes a code path no golden of that check covered,
-the method's gate is due: a job (rule ``numerics_check``) that replays its goldens, an input of the jobs
-that would use its numbers. Unchanged code on the same machine costs a source hash and plans no job."""
+the method's check is due. The checks due in the whole study run in one job (rule ``numerics_check``: one
+process, which replays each due code path in turn), whose gate file is an input of the jobs that would use
+a due method's numbers. Unchanged code on the same machine costs a source hash and plans no job."""
 
 from __future__ import annotations
 
@@ -42,20 +43,27 @@ def due_hparams(work, method: str, hparams: list[dict]) -> list[dict]:
     return [hp for hp in hparams if check_due(method, record, hp)]
 
 
-def gate(work, method: str, due: list[dict]) -> str | None:
-    """The gate file of a method whose check is due (None when none is): named by a hash of the paths due
-    and of the state of its record, so that a check made again (a new record) is a new file."""
+def study_methods(params: dict) -> list[str]:
+    """The methods the study's experiments run, in params order."""
+    return list(dict.fromkeys(m for e in params["experiments"] for m in experiment_config(params, e)["methods"]))
+
+
+def gate(work, due: dict[str, list[dict]]) -> str | None:
+    """The gate file of the checks due (``{method: [hyperparameters of each code path due]}``; None when
+    none is): named by a hash of the paths due and of the state of their methods' records, so that a check
+    made again (new records) is a new file."""
+    due = {m: hps for m, hps in due.items() if hps}
     if not due:
         return None
-    state = file_state([record_file(work, method)])
-    key = hashlib.sha256(json.dumps([method, [run_tag(method, hp) for hp in due], state], sort_keys=True)
-                         .encode()).hexdigest()[:12]
-    return f"{work}/numerics/gate/{method}.check-{key}.txt"
+    state = file_state([record_file(work, m) for m in due])
+    key = hashlib.sha256(json.dumps([[[m, [run_tag(m, hp) for hp in hps]] for m, hps in due.items()], state],
+                                    sort_keys=True).encode()).hexdigest()[:12]
+    return f"{work}/numerics/gate/check-{key}.txt"
 
 
-def method_gate(params: dict, work, method: str) -> tuple[str, list[str]] | None:
-    """(the method's gate file, the hyperparameters of each code path due, as JSON) where its check is
-    due, else None."""
-    due = due_hparams(work, method, method_hparams(params, method))
-    path = gate(work, method, due)
-    return (path, [json.dumps(hp, sort_keys=True) for hp in due]) if path else None
+def study_gate(params: dict, work) -> tuple[str, dict[str, list[str]]] | None:
+    """(the gate file, {method: the hyperparameters of each code path due, as JSON}) for the checks due
+    among the study's methods, else None."""
+    due = {m: due_hparams(work, m, method_hparams(params, m)) for m in study_methods(params)}
+    path = gate(work, due)
+    return (path, {m: [json.dumps(hp, sort_keys=True) for hp in hps] for m, hps in due.items() if hps}) if path else None
