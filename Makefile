@@ -84,11 +84,11 @@ clean-rehearsal:
 # the first tier: unit and workflow tests (the real DAG on synthetic data), without the rehearsal, the
 # integration DAG and Slurm
 test: setup
-	$(VENV)/bin/pytest -q -n auto --dist loadfile -m "not full"
+	$(VENV)/bin/pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not full"
 
 # every test, both tiers: what CI runs (.ci/run)
 test-all: setup
-	$(VENV)/bin/pytest -q -n auto --dist loadfile
+	$(VENV)/bin/pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 bench: setup
 	$(PY) benchmarks/bench_fedavg.py

@@ -8,6 +8,7 @@ import yaml
 from snakemake.utils import min_version
 
 from fedbayes.study import ConfigError, as_read, check_implementations, load_params_text, validate
+from fedbayes.study.memo import share_for_good
 from fedbayes.frontdoor import check_device, environment_problems
 
 min_version("9.0")
@@ -41,6 +42,9 @@ if workflow.local_exec:
 # Environment variables set to a value fedbayes cannot use: every job would fail on them.
 if environment_problems():
     raise ConfigError("; ".join(environment_problems()))
+# config is not edited from here on: each experiment, overlay and method block is resolved once for the
+# whole planning (the input functions ask for them thousands of times, again after each checkpoint).
+share_for_good()
 
 
 include: "workflow/rules/common.smk"

@@ -13,8 +13,10 @@ torch.set_num_threads(1)
 
 
 # Files whose tests run the real DAG for minutes and depend on each other (module-scoped work
-# directories): collected first, so that `pytest -n auto --dist loadfile` (make test) starts them on
-# their own workers at once instead of after every quick file; the order within a file is kept.
+# directories): collected first, so that `pytest -n auto --dist loadfile --no-loadscope-reorder` (make test)
+# starts them on their own workers at once instead of after every quick file; the order within a file is
+# kept. (Without --no-loadscope-reorder xdist sends the files with the most tests first, and the rehearsal,
+# six tests, started 15 minutes into a run.)
 SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test_scaleout.py", "test_damaged.py", "test_faults.py",
               "test_recovery.py", "test_rerun_rule.py", "test_edit_loop.py", "test_method_plugins.py")
 

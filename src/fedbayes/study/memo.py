@@ -5,15 +5,30 @@ asking for the same overlay and experiment hundreds of times (393 ``experiment_c
 ``overlay`` calls, each a deep copy, for today's params.yaml). Within ``resolved_once`` each such
 resolution of one params object is computed once and shared: a pass that only reads (validation) gets
 the same values and pays for each once. Outside it every call resolves afresh and returns its own copy,
-as a caller that edits what it gets needs."""
+as a caller that edits what it gets needs. A process whose params never change once validated (Snakemake's
+planning: its input functions ask for the same experiments thousands of times, once more after each
+checkpoint) shares them for good (``share_for_good``), each caller getting its own copy of the value."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 _SCOPES: list[dict] = []   # the open passes' resolutions: key -> (params, value); params kept alive so an id is never reused
+_FOR_GOOD: dict = {}       # share_for_good's resolutions, handed out as copies
+
+
+def share_for_good() -> None:
+    """From now on in this process, each resolution of a params object is computed once and every caller
+    gets a copy of it (so one that edits what it gets changes nothing else). For a process that never edits
+    params once validated: an edit would not be seen."""
+    global _shared
+    _shared = True
+
+
+_shared = False
 
 
 @contextmanager
@@ -29,7 +44,13 @@ def resolved_once() -> Iterator[None]:
 def memo(kind: str, params: dict, args: tuple, compute: Callable[[], Any]) -> Any:
     """``compute()``, once per (kind, params object, its scale, args) within ``resolved_once``; every time outside."""
     if not _SCOPES:
-        return compute()
+        if not _shared:
+            return compute()
+        key = (kind, id(params), params.get("scale", "paper"), args)
+        hit = _FOR_GOOD.get(key)
+        if hit is None:
+            hit = _FOR_GOOD[key] = (params, compute())
+        return copy.deepcopy(hit[1])
     key = (kind, id(params), params.get("scale", "paper"), args)
     hit = _SCOPES[-1].get(key)
     if hit is None:
