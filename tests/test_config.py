@@ -924,6 +924,22 @@ def test_a_scales_per_experiment_method_block_is_read(params, schema):
     assert method_hparams(params, "fmnist10-iid-k10", "fedavg", "local_epochs=5")["lr"] == 0.001   # paper scale
 
 
+def test_a_scales_sweep_values_replace_every_grids_values_of_that_key(params, schema):
+    """`rehearsal.sweep: {local_epochs: [2]}`: every grid over local_epochs runs 2 at that scale (40 local
+    epochs of a CNN were a quarter of the rehearsal's training); other scales and grids keep theirs; a key
+    no grid sweeps is refused, naming it."""
+    from fedbayes.study import sweep_points
+
+    params.setdefault("rehearsal", {})["sweep"] = {"local_epochs": [2]}
+    validate(copy.deepcopy(params), schema)
+    assert list(sweep_points({**params, "scale": "rehearsal"}, "cifar10-labeldir0.01-k20", "fedavg")) == ["local_epochs=2"]
+    assert list(sweep_points({**params, "scale": "smoke"}, "cifar10-labeldir0.01-k20", "fedavg"))[0] == "local_epochs=40"
+    assert "local_epochs=40" in sweep_points(params, "cifar10-labeldir0.01-k20", "fedavg")
+    params["rehearsal"]["sweep"] = {"local_epoch": [2]}
+    with pytest.raises(ConfigError, match=r"rehearsal\.sweep\.local_epoch: no grid of params\.yaml sweeps 'local_epoch'"):
+        validate(params, schema)
+
+
 @pytest.mark.parametrize("block, line", [
     ({"fedavg": {"rho": 0.1}}, "smoke.experiments.fmnist10-iid-k10.methods.fedavg.rho: fedavg takes no "
                                "hyperparameter 'rho' (another method's)"),

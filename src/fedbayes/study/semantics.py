@@ -127,6 +127,14 @@ def _check_semantics(params: dict) -> None:
                     problems.append(f"tables.{t}.published: paper {paper!r} has no table {table!r}")
             except FileNotFoundError:
                 problems.append(f"tables.{t}.published: no published numbers for paper {paper!r}")
+    for block in ("smoke", "rehearsal"):   # a scale's values for a grid key: a key no method's grid sweeps is a typo
+        swept = {k for m, spec in (params.get("methods") or {}).items() for k in (spec or {}).get("sweep") or {}}
+        swept |= {k for e in params["experiments"].values() for mb in (e.get("methods") or {}).values()
+                  for k in (mb or {}).get("sweep") or {}}
+        for key in ((params.get(block) or {}).get("sweep") or {}):
+            if key not in swept:
+                problems.append(f"{block}.sweep.{key}: no grid of params.yaml sweeps {key!r} "
+                                f"(the grids sweep {sorted(swept)})")
     seed_list = params["seeds"]
     if len(set(seed_list)) != len(seed_list):
         problems.append(f"seeds must be unique, got {seed_list}")
