@@ -399,6 +399,10 @@ def test_a_fresh_store_opens_the_experiment_on_its_training_runs(store, finished
     metrics = client.get_run(rid).data.metrics
     assert [c for c in view["selectedColumns"] if c.startswith("metrics.")]
     assert all(c[len("metrics.`"):-1] in metrics for c in view["selectedColumns"] if c.startswith("metrics."))
+    # the published value and verdict among the first columns, the runs in name order (the store sorts by it)
+    assert view["selectedColumns"].index("tags.`verdict/test/acc`") < 3
+    ordered = client.search_runs([exp.experiment_id], order_by=[f"{view['orderByKey']} ASC"])
+    assert [r.info.run_name for r in ordered] == sorted(r.info.run_name for r in ordered)
 
 
 # --- the workflow's import: every pair of a table in one process --------------------------------------

@@ -17,15 +17,15 @@ EXPERIMENT_KIND = "custom_model_development"
 # MLflow 3.17's UI keeps a browser-wide GenAI / Model training switch that overrides the tag (GenAI
 # until switched): ``#/experiments/<id>/runs?workflowType=machine_learning`` opens the runs table, and
 # ``&viewStateShareKey=fedbayes`` with the columns below (a shared view: experiment tag
-# ``mlflow.sharedViewState.<key>``, JSON of the runs table's state): the sweep point, whether it is the
-# selected one, the final accuracy, NLL and ECE (a series' latest value: its last round, the value
-# metrics.json holds; the default columns show no param or metric) and the accuracy's published value
-# and verdict.
+# ``mlflow.sharedViewState.<key>``, JSON of the runs table's state), sorted by run name (method, seed,
+# point): the final accuracy (a series' latest value: its last round, the value metrics.json holds; the
+# default columns show no param or metric), its published value and verdict and whether the run's point is
+# the selected one. MLflow groups the columns by kind (metrics, then tags in name order): one metric, so that
+# the tags are on the first screen.
 VIEW_KEY = "fedbayes"
-VIEW_STATE = {"selectedColumns": ["tags.`point`", "tags.`selected`", "metrics.`test/acc`",
-                                  "tags.`published/test/acc`", "tags.`verdict/test/acc`",
-                                  "metrics.`test/nll`", "metrics.`test/ece`", "attributes.`Duration`"],
-              "runsHiddenMode": "SHOW_ALL"}
+VIEW_STATE = {"selectedColumns": ["metrics.`test/acc`", "tags.`published/test/acc`", "tags.`verdict/test/acc`",
+                                  "tags.`selected`"],
+              "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True, "runsHiddenMode": "SHOW_ALL"}
 
 
 def experiment_name(p: dict, experiment: str) -> str:
