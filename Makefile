@@ -43,7 +43,7 @@ table1: setup
 	snakemake --cores all reports/table1.csv reports/metrics $(QUIET)
 
 # every table's runs imported into the MLflow store (mlflow.db), one process per table (one table's: snakemake --cores all mlflow_table1):
-# 4 min 16 s measured in a fresh clone after make table1 (2 cores, loaded)
+# 3 min 17 s measured in a fresh clone after make table1 (2 cores, load 3: the CI suite beside it)
 mlflow: setup
 	snakemake --cores all mlflow $(QUIET)
 
@@ -69,6 +69,7 @@ rehearsal: setup
 # and workflow/report/style.css keeps the rule graph of its front page to a scrolling box. Files this clone
 # did not make (the committed runs) have no Snakemake metadata, and Snakemake warns once per file; those
 # warnings are counted in one line (each run's provenance is its run.json).
+# 6 min 26 s measured in a fresh clone after make table1 and make mlflow (2 cores, load 4-6: the CI suite beside it)
 report: setup
 	snakemake --cores 1 report_pages $(QUIET)
 	set -o pipefail; snakemake --report report.html --report-stylesheet workflow/report/style.css all report_pages 2>&1 \
