@@ -927,7 +927,7 @@ def test_a_scales_per_experiment_method_block_is_read(params, schema):
 def test_a_scales_sweep_values_replace_every_grids_values_of_that_key(params, schema):
     """`rehearsal.sweep: {local_epochs: [2]}`: every grid over local_epochs runs 2 at that scale (40 local
     epochs of a CNN were a quarter of the rehearsal's training); other scales and grids keep theirs; a key
-    no grid sweeps is refused, naming it."""
+    no method takes is refused, naming it (one no grid sweeps is harmless: a study of other experiments)."""
     from fedbayes.study import sweep_points
 
     params.setdefault("rehearsal", {})["sweep"] = {"local_epochs": [2]}
@@ -936,7 +936,7 @@ def test_a_scales_sweep_values_replace_every_grids_values_of_that_key(params, sc
     assert list(sweep_points({**params, "scale": "smoke"}, "cifar10-labeldir0.01-k20", "fedavg"))[0] == "local_epochs=40"
     assert "local_epochs=40" in sweep_points(params, "cifar10-labeldir0.01-k20", "fedavg")
     params["rehearsal"]["sweep"] = {"local_epoch": [2]}
-    with pytest.raises(ConfigError, match=r"rehearsal\.sweep\.local_epoch: no grid of params\.yaml sweeps 'local_epoch'"):
+    with pytest.raises(ConfigError, match=r"rehearsal\.sweep\.local_epoch: no installed method takes a hyperparameter 'local_epoch'"):
         validate(params, schema)
 
 

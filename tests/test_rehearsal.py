@@ -28,7 +28,7 @@ def test_rehearsal_scale_runs_on_stand_ins_in_its_own_folders(repo):
     assert got["raw"] == "data/raw-stand-in/tiny"
     assert got["runs"] == "results/runs/rehearsal" and got["reports"] == "reports/rehearsal"
     assert got["work"] == "work/rehearsal" and got["partitions"] == "data/partitions/rehearsal"
-    assert run_config(p, "cifar10-dir-k10", "fedavg", 0, "local_epochs=5")["data"] == "stand-in (tiny)"
+    assert run_config(p, "cifar10-dir-k10", "fedavg", 0, "local_epochs=2")["data"] == "stand-in (tiny)"
     # the real data's runs keep their configuration (no key added: no committed run reruns)
     paper = load_params(repo / "params.yaml", scale="paper")
     assert "data" not in run_config(paper, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=5")
