@@ -117,7 +117,13 @@ def test_a_committed_run_replays_on_another_class_within_round_off_or_its_seed_s
     failure for round-off alone."""
     from dagutil import require_fmnist
 
+    from fedbayes.data.root import fetch_dataset
+
     require_fmnist(pytest)
+    # the data the replay reads, fetched here (a fresh clone has none; the test ran after another test had
+    # fetched it, until the suite stopped reordering files by size)
+    for d in ("fmnist", "mnist5k"):
+        fetch_dataset(d, str(REPO / "data" / "raw"), download=False)
     run = "results/runs/fmnist10-dir-k10/fedlap/delta=0.0001+local_epochs=5/seed1"
     r = subprocess.run([sys.executable, "-m", "fedbayes.cli", "replay", run, "--root", "data/raw"], cwd=REPO,
                        capture_output=True, text=True, env={**os.environ, **EMULATED}, timeout=900)
