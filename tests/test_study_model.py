@@ -75,6 +75,24 @@ def test_within_one_pass_each_resolution_is_computed_once_and_outside_each_call_
     assert calls["experiment"] == 5
 
 
+def test_shared_for_good_each_resolution_is_computed_once_and_each_caller_gets_a_copy(monkeypatch):
+    """Snakemake's planning (share_for_good): an experiment asked for again is not resolved again, and a
+    caller that edits what it got changes what no other caller gets."""
+    from fedbayes.study import memo, resolve
+
+    monkeypatch.setattr(memo, "_FOR_GOOD", None)   # this process's planning mode, undone after the test
+    p = load_params(REPO / "params.yaml", scale="smoke")
+    e = next(iter(p["experiments"]))
+    calls = []
+    real = resolve._experiment_config
+    monkeypatch.setattr(resolve, "_experiment_config", lambda *a: calls.append(a) or real(*a))
+    memo.share_for_good()
+    a = experiment_config(p, e)
+    a["rounds"] = -1
+    b = experiment_config(p, e)
+    assert len(calls) == 1 and b["rounds"] != -1 and b == real(p, e)
+
+
 def test_validation_resolves_each_experiment_once_a_scale(monkeypatch):
     """load_params validates at every scale: each experiment is resolved once per scale (69 resolutions for
     23 experiments; 393 before the pass shared them)."""

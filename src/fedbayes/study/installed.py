@@ -103,8 +103,9 @@ def _foreign_hparams(params: Any) -> list[str]:
     """Keys of a method's block (and of its sweep grid) that the method does not take (its spec's
     ``MethodSpec.hparams``), one line each naming the key, the method and the closest name it takes. Said
     before the schema, whose rules are every method's together: another method's key passed it and was
-    never read (``methods.fedavg.rho``; a sweep over one ran one run under several names). Unknown methods
-    are named by the semantic checks; ``smoke.hparams`` sets values for every method, each reading its own."""
+    never read (``methods.fedavg.rho``; a sweep over one ran one run under several names), and a scale's
+    ``sweep`` key no method takes. Unknown methods are named by the semantic checks; ``smoke.hparams`` sets
+    values for every method, each reading its own."""
     METHOD_SPECS = names.METHOD_SPECS
 
     if not isinstance(params, dict):
@@ -129,4 +130,8 @@ def _foreign_hparams(params: Any) -> list[str]:
                     why = f"{m} takes no hyperparameter {k!r}" + (" (another method's)" if k in anyone else "")
                 out.append(f"{where}{'.sweep' if sweep else ''}.{k}: {why}"
                            + (f"; the closest it {'sweeps' if sweep else 'takes'} is {closest[0]!r}" if closest else ""))
+    for b in ("smoke", "rehearsal"):   # a scale's values for every grid over a key (``<scale>.sweep``)
+        grid = params[b].get("sweep") if isinstance(params.get(b), dict) else None
+        out += [f"{b}.sweep.{k}: no installed method takes a hyperparameter {k!r}"
+                for k in (grid if isinstance(grid, dict) else ()) if k not in anyone]
     return out

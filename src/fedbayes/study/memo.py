@@ -17,18 +17,16 @@ from contextlib import contextmanager
 from typing import Any
 
 _SCOPES: list[dict] = []   # the open passes' resolutions: key -> (params, value); params kept alive so an id is never reused
-_FOR_GOOD: dict = {}       # share_for_good's resolutions, handed out as copies
+_FOR_GOOD: dict | None = None   # share_for_good's resolutions (handed out as copies), once it was called
 
 
 def share_for_good() -> None:
     """From now on in this process, each resolution of a params object is computed once and every caller
     gets a copy of it (so one that edits what it gets changes nothing else). For a process that never edits
     params once validated: an edit would not be seen."""
-    global _shared
-    _shared = True
-
-
-_shared = False
+    global _FOR_GOOD
+    if _FOR_GOOD is None:
+        _FOR_GOOD = {}
 
 
 @contextmanager
@@ -42,17 +40,13 @@ def resolved_once() -> Iterator[None]:
 
 
 def memo(kind: str, params: dict, args: tuple, compute: Callable[[], Any]) -> Any:
-    """``compute()``, once per (kind, params object, its scale, args) within ``resolved_once``; every time outside."""
-    if not _SCOPES:
-        if not _shared:
-            return compute()
-        key = (kind, id(params), params.get("scale", "paper"), args)
-        hit = _FOR_GOOD.get(key)
-        if hit is None:
-            hit = _FOR_GOOD[key] = (params, compute())
-        return copy.deepcopy(hit[1])
+    """``compute()``, once per (kind, params object, its scale, args) within ``resolved_once`` (or, as a copy,
+    after ``share_for_good``); every time otherwise."""
+    scope = _SCOPES[-1] if _SCOPES else _FOR_GOOD
+    if scope is None:
+        return compute()
     key = (kind, id(params), params.get("scale", "paper"), args)
-    hit = _SCOPES[-1].get(key)
+    hit = scope.get(key)
     if hit is None:
-        hit = _SCOPES[-1][key] = (params, compute())
-    return hit[1]
+        hit = scope[key] = (params, compute())
+    return hit[1] if _SCOPES else copy.deepcopy(hit[1])
