@@ -22,12 +22,14 @@ SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test
 
 
 # The second tier (`make test-all`, what CI runs): the stand-in rehearsal of every experiment, the real
-# smoke DAG with DVC and MLflow, and a Slurm cluster. `make test` leaves them out (-m "not full").
+# smoke DAG with DVC and MLflow, a Slurm cluster (these files whole), and each test marked `full` elsewhere:
+# one that runs a Snakemake DAG, DVC, an MLflow server or concurrent processes, or replays committed
+# runs. `make test` (unit and planning tests) leaves them out (-m "not full").
 FULL_TIER = ("test_rehearsal.py", "test_integration.py", "test_slurm.py")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "full: the second test tier (rehearsal, integration, Slurm): make test-all")
+    config.addinivalue_line("markers", "full: the second test tier (a DAG, DVC, a server or a replay run): make test-all")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -78,6 +78,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_damaged_run_file_is_named_and_planned_for_rebuild(synth, case):
     """Each damage on its own: every command that reads the file names it, with the remedy, and exits 2
@@ -99,6 +100,7 @@ def test_damaged_run_file_is_named_and_planned_for_rebuild(synth, case):
     assert planned(synth) == {}
 
 
+@pytest.mark.full
 def test_damaged_files_are_rebuilt_and_the_table_comes_back(synth):
     """Several files damaged at once (a run's run.json, another's history, a third's metrics, a selection):
     one `snakemake` rebuilds each (retrain, re-evaluate, reselect) and the table equals the one before."""
@@ -156,6 +158,7 @@ def store_runs(d: Path) -> int:
 IMPORT = {"mlflow_faults": 1, "mlflow": 1}   # the table's import job, and the target rule
 
 
+@pytest.mark.full
 def test_deleted_mlflow_store_is_reimported(synth):
     n = store_runs(synth)
     assert n > 0
@@ -175,6 +178,7 @@ def test_deleted_mlflow_store_is_reimported(synth):
     assert store_runs(synth) == n and planned(synth, "mlflow") == {} and planned(synth) == {}
 
 
+@pytest.mark.full
 def test_a_tables_mlflow_import_trains_and_imports_that_tables_runs_only(tmp_path, repo):
     """The MLflow import was one job per experiment over every table's pairs: asking for one table's
     runs in MLflow trained the other tables' methods of its experiments too. A table's import (rule
@@ -262,6 +266,7 @@ def test_damaged_json_is_named(tmp_path, name, text, why):
     assert ("fedbayes evaluate" if name == "metrics.json" else "retrain") in str(e.value)
 
 
+@pytest.mark.full
 def test_a_damaged_selection_alone_is_rebuilt_from_the_runs_metrics(synth):
     """The dry run names the damage and plans the selection again, writing nothing (planning only looks:
     a file moved aside while the DAG is built would be lost to a dry run); the run rebuilds it."""

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from dagutil import copy_repo, mtimes, read_params, require_fmnist, sh
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]   # runs the DAG: make test-all
 
 TABLE = "reports/smoke/table1.csv"
 IID, DIR = "fmnist10-iid-k10", "fmnist10-dir-k10"

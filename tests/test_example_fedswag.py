@@ -106,6 +106,7 @@ def planned_trains(plan: str) -> list[str]:
 
 
 @pytest.mark.full
+@pytest.mark.full
 def test_fedswag_table_beside_fedavg_and_a_stand_in_cnn_experiment(tmp_path, repo):
     require_fmnist(pytest)
     work = copy_repo(repo, tmp_path / "repo", swag_tables)

@@ -89,6 +89,7 @@ def history(run: Path) -> pd.DataFrame:
     return pd.read_csv(run / "history.csv").drop(columns=TIME_COLS)
 
 
+@pytest.mark.full
 def test_kill9_training_resumes_to_identical_results_and_same_seed_repeats(synth, tmp_path):
     runs = {name: tmp_path / name for name in ("full", "again", "killed")}
     for name in ("full", "again"):
@@ -118,6 +119,7 @@ def test_kill9_training_resumes_to_identical_results_and_same_seed_repeats(synth
     assert final("full") == final("again") == final("killed")
 
 
+@pytest.mark.full
 def test_killed_snakemake_leaves_nothing_a_rerun_would_trust(synth, tmp_path):
     run = synth / f"results/runs/{LONG}/{RUN}/seed1"
     target = f"results/runs/{LONG}/{RUN}/seed1/metrics.json"
@@ -180,6 +182,7 @@ def flip_byte(path: Path, offset: int) -> bytes:
     return data
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("which", ["raw data", "partition"])
 def test_flipped_byte_is_refused_naming_the_file(synth, tmp_path, which):
     if which == "raw data":
@@ -213,6 +216,7 @@ def test_flipped_byte_is_refused_naming_the_file(synth, tmp_path, which):
     assert metrics.exists() and (metrics.parent / "history.csv").exists()
 
 
+@pytest.mark.full
 def test_ten_concurrent_writers_on_the_sqlite_mlflow_store(synth, tmp_path):
     run = synth / f"results/runs/synth-k4/{RUN}/seed0"
     for i in range(10):   # ten runs (track refuses a folder whose run.json records another seed): seed0's, renamed

@@ -61,6 +61,7 @@ def test_the_envelope_separates_round_off_from_a_change():
     assert outside == ["round 1: train/loss 1.0 != 1.001"] and frac == pytest.approx(0.001 / 1.001 / 1e-5)
 
 
+@pytest.mark.full
 def test_on_another_class_the_goldens_pass_within_round_off_in_one_process(tmp_path):
     """The emulated class: every committed golden replays within the envelope, one line says so, each
     record says "within round-off", and this class's goldens are recorded under work/numerics/<class>/."""
@@ -76,6 +77,7 @@ def test_on_another_class_the_goldens_pass_within_round_off_in_one_process(tmp_p
     assert json.loads(own[0].read_text())["machine"]["aten"] == "DEFAULT"
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("emulated", [False, True], ids=["this class", "another class"])
 def test_a_real_numbers_change_stops_on_every_class(tmp_path, emulated):
     """A golden the code no longer computes (FedProx's proximal weight half the code's: the same as a
@@ -111,6 +113,7 @@ def test_a_real_numbers_change_stops_on_every_class(tmp_path, emulated):
         assert not (tmp_path / "work" / "numerics" / "fedprox.json").exists()
 
 
+@pytest.mark.full
 def test_a_committed_run_replays_on_another_class_within_round_off_or_its_seed_spread():
     """`fedbayes replay` on the emulated class: the verdict of a committed run is round-off (round 0) and
     the seed spread (round 1, where training amplifies it) with the numbers shown, exit 0; never a

@@ -164,6 +164,7 @@ def test_the_example_method_steps_the_server_towards_the_average(tmp_path, monke
         method_specs.cache_clear()
 
 
+@pytest.mark.full
 @pytest.mark.integration
 def test_smoke_dag_runs_an_outside_method_into_a_table_beside_fedavg(tmp_path, repo):
     require_fmnist(pytest)

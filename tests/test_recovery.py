@@ -22,7 +22,7 @@ import pytest
 from dagutil import copy_repo, require_fmnist, sh
 from test_scaleout import EXP, narrow_table1
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]   # runs the DAG: make test-all
 
 README = Path(__file__).parents[1] / "README.md"
 TARGET = "reports/smoke/table1.csv"

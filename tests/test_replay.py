@@ -159,6 +159,7 @@ def write_path_goldens(tmp: Path) -> list[Path]:
     return written
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("method", sorted(REPLAYED))
 def test_committed_run_replays(method):
     """Bit for bit on the class that trained it (a run without a class record: the goldens' machine,

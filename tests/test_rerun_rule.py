@@ -72,6 +72,7 @@ def all_runs(d: Path) -> set[tuple[str, str, str, str]]:
             if (m := TRAIN_OUT.search(str(p.relative_to(d))))}
 
 
+@pytest.mark.full
 def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert planned_training(built) == set()
     checked = mtimes(built, "work/numerics/*.json")
@@ -100,6 +101,7 @@ def test_a_refactor_of_method_and_engine_code_retrains_nothing(built):
     assert record["golden"] == str(built / "tests/golden/numerics" / golden_name("fedavg"))   # the committed one
 
 
+@pytest.mark.full
 def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     """The numerics rule was enforced by the test suite only: a change of FedAvg's arithmetic without a
     numerics version bump left its finished runs adopted, tabulated beside runs of the new code with
@@ -125,6 +127,7 @@ def test_a_numbers_change_without_a_bump_stops_the_dag_naming_the_method(built):
     assert planned and {r[1] for r in planned} == {"fedprox"}
 
 
+@pytest.mark.full
 def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_trains_what_is_due(built):
     """The DAG on another machine class, emulated (``ATEN_CPU_CAPABILITY=default``: PyTorch's kernels
     without vector instructions round differently on the same CPU): the goldens replay within round-off,
@@ -150,6 +153,7 @@ def test_on_another_machine_class_the_dag_adopts_runs_within_round_off_and_train
                      r"beyond round-off", out), out[-3000:]
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
 def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
     if metadata == "fresh clone":  # no record of the params the runs were made with: run.json decides
@@ -172,6 +176,7 @@ def test_a_numerics_bump_reruns_exactly_that_method(built, metadata):
     assert planned_training(built) == set()
 
 
+@pytest.mark.full
 def test_a_core_numerics_bump_reruns_every_run(built):
     catalog = built / "src/fedbayes/study/rerun.py"
     catalog.write_text(catalog.read_text().replace("CORE_NUMERICS = 1", "CORE_NUMERICS = 2"))
@@ -185,6 +190,7 @@ def test_a_core_numerics_bump_reruns_every_run(built):
     assert before and all(after[k] != before[k] for k in before)
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
 def test_an_edited_spec_default_reruns_the_runs_that_read_it(built, metadata):
     """The defaults a method reads from its spec (``self.p``) were in no run's record: editing one changed
@@ -238,6 +244,7 @@ def test_a_runs_defaults_are_compared_with_its_record_or_the_frozen_one(monkeypa
     assert catalog.method_defaults("fedep_i", {})["variant"] == "I"
 
 
+@pytest.mark.full
 def test_a_metric_added_to_a_table_and_its_curves_rebuilds_them_with_their_new_outputs(built):
     """ECE added to a table's metrics adds its reliability diagram to the table job's outputs (and a metric
     added to the headline's curves a curve CSV to the headline job's). Snakemake checks only the requested
@@ -258,6 +265,7 @@ def test_a_metric_added_to_a_table_and_its_curves_rebuilds_them_with_their_new_o
     assert "Nothing to be done" in run("snakemake -n --cores 2 reports/faults.csv reports/metrics", built)
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("metadata", ["snakemake record", "fresh clone"])
 def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrains_nothing(built, metadata):
     """Issue 34 item 4, one source of metric values: a table's statistics over rounds (``best``), its learning

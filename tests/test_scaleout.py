@@ -9,7 +9,7 @@ import pytest
 from dagutil import copy_repo, mlflow_server, require_fmnist, sh
 from fedbayes.tracking.content import scaled
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.full]   # runs the DAG: make test-all
 
 EXP = "fmnist10-iid-k10"
 

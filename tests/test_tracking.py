@@ -281,6 +281,7 @@ def tracking_server(tmp_path):
         yield url, tmp_path / "server"
 
 
+@pytest.mark.full
 def test_an_import_is_trusted_only_where_the_store_holds_it(finished_run, repo, tmp_path, tracking_server):
     """The import marker stood for runs in whatever store the URI named: pointed at a tracking server that
     lacks them, nothing was re-imported (a server was never asked). The marker records the store it
@@ -341,6 +342,7 @@ main(sys.argv[3:])
 """
 
 
+@pytest.mark.full
 def test_two_importers_of_one_run_never_delete_each_others_imports(finished_run, repo, tmp_path):
     """Two importers of the same run into one store (two Snakemake invocations, a store behind a tracking
     server, which takes no lock) each deleted every other run of the key once theirs was FINISHED: each

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from fedbayes import runpaths
+from fedbayes.study.schema import schema_file
+from fedbayes.study.stamp import write_stamp
 from fedbayes.study import (experiment_config, overlay_replacements, partition_config, paths, run_config, seeds,
                              selection, selection_seeds, stand_in_size, swept_points, sweep_points, table_figures)
 from fedbayes.reports.headline import plot_files as headline_plot_files
@@ -24,6 +26,8 @@ EFFECTIVE = Path(WORK) / "params.effective.yaml"
 if not EFFECTIVE.exists() or EFFECTIVE.read_text() != plan.effective_text(config):
     EFFECTIVE.parent.mkdir(parents=True, exist_ok=True)
     EFFECTIVE.write_text(plan.effective_text(config))
+# validated above (the Snakefile): stamped so, the jobs trust it instead of validating it again
+write_stamp(EFFECTIVE, schema_file(EFFECTIVE))
 # The package's CLI through the Python that runs this workflow, so `.venv/bin/snakemake …` works without
 # activating the venv (a bare `fedbayes` would need it on PATH).
 FEDBAYES = f"{shlex.quote(sys.executable)} -m fedbayes.cli"

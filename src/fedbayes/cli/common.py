@@ -7,8 +7,8 @@ from fedbayes.engine.partitions import data_root
 from fedbayes.study import ConfigError, load_params
 
 
-def _params(args):
-    p = load_params(args.params, scale=args.scale)
+def _params(args, trust_stamp: bool = True):
+    p = load_params(args.params, scale=args.scale, trust_stamp=trust_stamp)
     if getattr(args, "table", None) is not None and args.table not in p["tables"]:
         raise ConfigError(f"{_abbreviated(args.table)!r}: not a table of params.yaml (its tables: {', '.join(p['tables'])})")
     data_root(p)  # at rehearsal scale: the stand-ins generated so far read in place of the real data

@@ -12,7 +12,7 @@ from fedbayes.study import METHOD_SPECS, ConfigError, check_implementations, exp
 
 
 def cmd_validate(args) -> None:
-    p = _params(args)
+    p = _params(args, trust_stamp=False)   # asked to validate: a stamp from the planner is not taken for it
 
     check_implementations(p)  # an installed method that cannot train, before it is planned
     check_device(p)           # a CUDA device this machine lacks (imports torch only for one)

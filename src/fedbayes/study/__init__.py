@@ -13,7 +13,8 @@ all share, and refuses bad input before any work starts. One concern a module:
   shared values replace, said in one line;
 - ``names``: the methods, variants and models params.yaml may name (torch-free);
 - ``rerun``: the rerun rule (numerics versions, recorded defaults, configuration changes);
-- ``model``: the resolved study as frozen typed objects (``Study``, ``RunSpec``, ...).
+- ``model``: the resolved study as frozen typed objects (``Study``, ``RunSpec``, ...);
+- ``stamp``: the planner's stamp on the configuration it validated, which its jobs trust.
 """
 
 from fedbayes.frontdoor import ConfigError

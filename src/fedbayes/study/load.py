@@ -8,15 +8,19 @@ from typing import Any
 from fedbayes.study.layers import with_smoke_overlay
 from fedbayes.study.legacy import upgrade_layout
 from fedbayes.study.reading import load_params_text
-from fedbayes.study.schema import _schema_for, validate
+from fedbayes.study.schema import _schema_for, schema_file, validate
+from fedbayes.study.stamp import stamp_path, stamped
 
 
-def load_params(path: str | Path = "params.yaml", scale: str | None = None) -> dict:
+def load_params(path: str | Path = "params.yaml", scale: str | None = None, trust_stamp: bool = True) -> dict:
     """Read, schema-check and semantically check params.yaml with its smoke overlay (``with_smoke_overlay``);
-    apply ``scale`` (or params' own)."""
+    apply ``scale`` (or params' own). A file the planner stamped as validated, unchanged, by this code
+    (``fedbayes.study.stamp``: the effective configuration Snakemake's jobs read) is not checked again
+    unless ``trust_stamp`` is False."""
     path = Path(path)
     params = as_read(load_params_text(path), path)
-    validate(params, _schema_for(path))
+    if not (trust_stamp and stamp_path(path).exists() and stamped(path, schema_file(path))):
+        validate(params, _schema_for(path))
     if scale is not None:
         params["scale"] = scale
     return params

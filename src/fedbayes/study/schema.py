@@ -21,11 +21,17 @@ from fedbayes.study.semantics import check_semantics
 SCHEMA_PATH = Path("workflow/schemas/params.schema.yaml")
 
 
-def _schema_for(params_path: Path) -> dict:
+def schema_file(params_path: Path) -> Path:
+    """The schema file a params file is checked against: the one of its repository (or the working
+    folder's)."""
     for root in (params_path.resolve().parent, Path.cwd()):
         if (root / SCHEMA_PATH).exists():
-            return complete_schema(load_yaml((root / SCHEMA_PATH).read_text()))
+            return root / SCHEMA_PATH
     raise ConfigError(f"schema {SCHEMA_PATH} not found next to {params_path}")
+
+
+def _schema_for(params_path: Path) -> dict:
+    return complete_schema(load_yaml(schema_file(params_path).read_text()))
 
 
 def complete_schema(schema: dict) -> dict:

@@ -1,0 +1,84 @@
+"""The planner's stamp: a job trusts the configuration Snakemake validated (its file unchanged, by the same
+code) instead of validating it again; anything else is validated as before."""
+
+import json
+import shutil
+
+import pytest
+
+from fedbayes.study import ConfigError, load_params, stamp
+from fedbayes.workflow import plan
+
+
+@pytest.fixture
+def effective(repo, tmp_path):
+    """The effective configuration as the Snakefile writes it (validated, then stamped), in a folder with
+    the repository's schema."""
+    (tmp_path / "workflow/schemas").mkdir(parents=True)
+    shutil.copy(repo / "workflow/schemas/params.schema.yaml", tmp_path / "workflow/schemas/params.schema.yaml")
+    path = tmp_path / "params.effective.yaml"
+    path.write_text(plan.effective_text(load_params(repo / "params.yaml")))
+    stamp.write_stamp(path, tmp_path / "workflow/schemas/params.schema.yaml")
+    return path
+
+
+@pytest.fixture
+def validations(monkeypatch):
+    """The number of times load_params validates."""
+    import fedbayes.study.load as load
+
+    calls = []
+    real = load.validate
+    monkeypatch.setattr(load, "validate", lambda *a, **k: (calls.append(1), real(*a, **k)))
+    return calls
+
+
+def test_a_stamped_file_is_not_validated_again(effective, validations):
+    assert load_params(effective)["scale"] == "paper"
+    assert validations == []
+
+
+def test_validate_and_an_untrusting_caller_validate_a_stamped_file(effective, validations):
+    load_params(effective, trust_stamp=False)
+    assert validations == [1]
+
+
+def test_an_edited_file_is_validated_and_refused(effective, validations):
+    params = json.loads(effective.read_text())
+    params["methods"]["fedavg"]["lr"] = -1.0
+    effective.write_text(json.dumps(params, indent=1))
+    with pytest.raises(ConfigError, match=r"methods\.fedavg\.lr"):
+        load_params(effective)
+    assert validations == [1]
+
+
+def test_other_code_or_another_schema_is_validated_again(effective, validations, monkeypatch, tmp_path):
+    schema = tmp_path / "workflow/schemas/params.schema.yaml"
+    schema.write_text(schema.read_text() + "\n# edited\n")
+    load_params(effective)
+    assert validations == [1]
+    stamp.write_stamp(effective, schema)
+    load_params(effective)
+    assert validations == [1]
+    # a plug-in installed, edited or removed since the planner stamped it: another code key
+    monkeypatch.setattr(stamp, "_plugin_sources", lambda: [("fedbayes.methods", "mine", "mine.spec:SPEC", "mine", "1", "x")])
+    load_params(effective)
+    assert validations == [1, 1]
+
+
+def test_a_missing_or_damaged_stamp_is_validation(effective, validations):
+    stamp.stamp_path(effective).write_text("{not json")
+    load_params(effective)
+    stamp.stamp_path(effective).unlink()
+    load_params(effective)
+    assert validations == [1, 1]
+
+
+def test_the_code_key_covers_fedbayes_own_files(monkeypatch, tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "study").mkdir(parents=True)
+    (pkg / "study/x.py").write_text("A = 1\n")
+    monkeypatch.setattr(stamp, "_PACKAGE", pkg)
+    before = stamp.code_key(None)
+    (pkg / "study/x.py").write_text("A = 2\n")
+    assert stamp.code_key(None) != before
