@@ -47,7 +47,8 @@ if environment_problems():
 share_for_good()
 
 
-include: "workflow/rules/common.smk"
+include: "workflow/rules/common.smk"  # the input functions and paths every rule file reads (no rule)
+include: "workflow/rules/marker.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"

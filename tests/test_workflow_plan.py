@@ -5,6 +5,7 @@ gate, and that no .smk file starts a process."""
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import os
 import re
@@ -237,23 +238,113 @@ def test_planning_starts_no_process():
     assert re.search(r"^checkpoint data:", text, re.M) and re.search(r"^rule numerics_check:", text, re.M)
 
 
-def test_the_rule_files_define_no_long_helpers():
-    """The .smk files keep rules and short input functions: every function body there is at most a few
-    lines (the planning is fedbayes.workflow's)."""
-    long = []
+def test_the_rule_files_define_one_statement_input_functions_in_one_file():
+    """The .smk files keep rules and one-statement input functions (the planning is fedbayes.workflow's),
+    and the functions live in common.smk, which defines no rule (snakemake --lint: no file mixes rules and
+    functions)."""
+    long, mixed = [], []
     for f in RULES:
-        lines = f.read_text().splitlines()
-        for i, line in enumerate(lines):
-            if m := re.match(r"^(\s*)def (\w+)\(", line):
-                indent, body = len(m.group(1)), 0
-                for nxt in lines[i + 1:]:
-                    if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
-                        break
-                    if nxt.strip() and not nxt.strip().startswith(("#", '"""')) and not nxt.strip().endswith('"""'):
-                        body += 1
-                if body > 12:
-                    long.append(f"{f.name}: {m.group(2)} ({body} lines)")
+        text = f.read_text()
+        if re.search(r"^\s*def \w+\(", text, re.M) and (re.search(r"rule .+?:", text) or f.name != "common.smk"):
+            mixed.append(f.name)
+        lines = text.splitlines()
+        for i, line in enumerate(lines):   # each function parsed alone (the rest of the file is Snakemake's)
+            if re.match(r"^def \w+\(", line):
+                block = [line] + list(itertools.takewhile(lambda l: not l.strip() or l.startswith(" "), lines[i + 1:]))
+                [node] = ast.parse("\n".join(block)).body
+                body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+                if len(body) != 1 or not isinstance(body[0], ast.Return):
+                    long.append(f"{f.name}: {node.name} ({len(body)} statements)")
     assert not long, long
+    assert not mixed, mixed
+
+
+class FakeSettings:
+    forceall, forcerun = False, ["marker", "numerics_check"]
+
+
+class FakeWorkflow:
+    dag_settings = FakeSettings()
+
+
+def make_inputs(tmp_path, planning=True, checkpoints=None):
+    from fedbayes.study import load_params
+    from fedbayes.workflow.inputs import Inputs
+
+    paths = {"work": str(tmp_path / "work"), "runs": str(tmp_path / "runs"), "partitions": str(tmp_path / "p")}
+    return Inputs(load_params(REPO / "params.yaml"), paths, FakeWorkflow(), checkpoints, planning)
+
+
+def test_inputs_markers_record_their_text_and_need_their_forced_rule(tmp_path):
+    from snakemake.exceptions import WorkflowError
+
+    inp = make_inputs(tmp_path)
+    consumer = tmp_path / "table.csv"
+    assert inp.marker_input(tmp_path / "m.txt", "because ", ["x"], [consumer]) == []   # the job runs anyway
+    consumer.write_text("t")
+    [made] = inp.marker_input(tmp_path / "m.txt", "because ", ["x", "y"], [consumer])
+    assert re.fullmatch(rf"{tmp_path}/m\.rerun-[0-9a-f]{{12}}\.txt", made) and inp.marker_text[made] == "because x, y"
+    assert inp.marker_input(tmp_path / "m.txt", "because ", [], [consumer]) == []
+    inp.workflow.dag_settings.forcerun = ["train"]
+    try:
+        with pytest.raises(WorkflowError, match="--forcerun marker"):
+            inp.marker_input(tmp_path / "m.txt", "because ", ["x"], [consumer])
+        job = make_inputs(tmp_path, planning=False)   # a job's own process checks no command line
+        assert len(job.marker_input(tmp_path / "m.txt", "because ", ["x"], [consumer])) == 1
+    finally:
+        inp.workflow.dag_settings.forcerun = ["marker", "numerics_check"]
+    inp.marker_input(tmp_path / "o.txt", "x", ["y"], [consumer])
+    assert inp.missing_outputs("t", [str(tmp_path / "gone.md")], str(tmp_path / "nope"))(None) == []
+    [m] = inp.missing_outputs("t", [str(consumer), str(tmp_path / "gone.md")], str(consumer))(None)
+    assert "these outputs are missing: " + str(tmp_path / "gone.md") in inp.marker_text[m]
+
+
+def test_inputs_gate_only_a_due_method(tmp_path):
+    inp = make_inputs(tmp_path)
+    inp.__dict__["numerics_gate"] = ("work/numerics/gate/check-abc.txt", {"fedprox": ['{"mu": 1}']})
+    assert inp.gate_input("fedavg") == []
+    assert inp.gate_input("fedprox") == ["work/numerics/gate/check-abc.txt"]
+    inp.__dict__["numerics_gate"] = None
+    assert inp.gate_input("fedprox") == []
+
+
+def test_inputs_a_tables_runs_wait_for_data_status_and_selection(tmp_path):
+    from snakemake.exceptions import IncompleteCheckpointException
+
+    class Job:
+        output = [str(tmp_path / "runs/fmnist10-iid-k10/fedavg/selected.json")]
+
+    class Select:
+        rule = "select"
+
+        def get(self, **wc):
+            return Job()
+
+    class Checkpoints:
+        select = Select()
+
+    inp = make_inputs(tmp_path, checkpoints=Checkpoints())
+    table = tmp_path / "table1.csv"
+    table.write_text("t")
+    runs = inp.selected_runs("fmnist10-iid-k10", "fedavg", str(table))
+    statuses = [f"{tmp_path}/work/data/{d}.json" for d in ("fmnist", "mnist5k")]   # its data and OOD data
+    got = runs(None)   # no data status yet: asked for, with a marker
+    assert got[:2] == statuses and inp.marker_text[got[2]] == "rebuilt because of: " + ", ".join(statuses)
+    Path(statuses[0]).parent.mkdir(parents=True)
+    for status in statuses:
+        Path(status).write_text(json.dumps({"available": status == statuses[0]}))
+    assert runs(None) == []   # data unavailable here: its rows say so
+    Path(statuses[1]).write_text(json.dumps({"available": True}))
+    got = runs(None)   # no selection yet: asked for, with a marker
+    assert got[0] == Job.output[0] and len(got) == 2
+    Path(Job.output[0]).parent.mkdir(parents=True)
+    Path(Job.output[0]).write_text("{damaged")
+    with pytest.raises(IncompleteCheckpointException):
+        runs(None)
+    Path(Job.output[0]).write_text((REPO / "results/runs/fmnist10-iid-k10/fedavg/selected.json").read_text())
+    inp.__dict__["numerics_gate"] = None
+    got = runs(None)
+    assert f"{tmp_path}/runs/fmnist10-iid-k10/fedavg/local_epochs=5/seed0/metrics.json" in got
 
 
 def test_run_inputs():

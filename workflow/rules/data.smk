@@ -17,11 +17,9 @@ STAND_IN = ["--stand-in", stand_in_size(config)] if stand_in_size(config) else [
 DVC_CACHED = plan.dvc_cached_outputs(".")
 
 
-def dvc_cache(wildcards):
-    return plan.dvc_cache_command(f"{RAW}/{wildcards.dataset}", DVC_CACHED, f"{WORK}/data/.dvc.lock", sys.executable)
-
-
 checkpoint data:
+    conda:
+        CONDA_ENV
     output:
         f"{WORK}/data/{{dataset}}.json",
     log:

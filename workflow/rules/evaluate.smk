@@ -8,21 +8,9 @@
 # history.csv) re-evaluates — Snakemake propagates a rerun only through inputs that are not all ancient.
 
 
-@functools.cache
-def metric_definitions():  # (those before they were recorded, the code's): scipy's 0.3 s, once, where a metrics.json is met
-    from fedbayes.eval.evaluate import FROZEN_METRIC_CODE, metrics_fingerprint; return FROZEN_METRIC_CODE, metrics_fingerprint()
-
-
-def stale_metrics(wc):
-    """A marker where a metrics.json is damaged or of other metric definitions (staleness.metrics_changes):
-    re-evaluated (a committed run without predictions.npz then stops, naming the remedy)."""
-    d = run_dir(wc.experiment, wc.method, wc.point, wc.seed)
-    kind, reasons = staleness.metrics_changes(d, metric_definitions)
-    return marker_input(f"{WORK}/{kind or 'changed'}/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
-                        "rebuilt because " if kind == "damaged" else "re-evaluated because ", reasons, [f"{d}/metrics.json"])
-
-
 rule evaluate:
+    conda:
+        CONDA_ENV
     input:
         history=f"{RUN}/history.csv",  # the train job's outputs; it also writes <run>/predictions.npz
         run=ancient(f"{RUN}/run.json"),
@@ -39,16 +27,9 @@ rule evaluate:
         f"{FEDBAYES} evaluate {{params.out:q}} > {{log:q}} 2>&1"
 
 
-def damaged_selection(wc):  # a damaged selected.json is made again (its marker)
-    return marker_input(f"{WORK}/damaged/{wc.experiment}/{wc.method}.selected.txt", "selected again because ",
-                        staleness.selection_damage(selected_file(wc.experiment, wc.method)), [selected_file(wc.experiment, wc.method)])
-
-
-def selection_source(wc):  # the selected.json of the experiment this one takes its selection from, if any
-    return [selected_file(s, wc.method) for s in [experiment(wc.experiment).get("selection_from")] if s]
-
-
 checkpoint select:
+    conda:
+        CONDA_ENV
     input:
         metrics=lambda wc: [f"{run_dir(wc.experiment, wc.method, pt, s)}/metrics.json" for pt in swept_points(config, wc.experiment, wc.method)
                             for s in selection_seeds(config, wc.experiment, wc.method)],
@@ -70,11 +51,9 @@ checkpoint select:
         cli("select") + " --experiment {wildcards.experiment} --method {wildcards.method} --out {output:q} 2>&1 | tee {log:q}"
 
 
-def selections(wc):
-    return [selected_file(wc.experiment, m) for m in experiment(wc.experiment)["methods"]]
-
-
 rule sweep_report:
+    conda:
+        CONDA_ENV
     input:
         selections,
     output:
@@ -91,6 +70,8 @@ SWEEP_FOLDERS = sorted({f for t, s in config["tables"].items() if (f := plan.swe
 if SWEEP_FOLDERS:
 
     rule sweep_report_beside:  # the same report beside the tables that ask for it (``sweeps: beside``)
+        conda:
+            CONDA_ENV
         input:
             selections,
         output:

@@ -1,11 +1,9 @@
 # One client split per (experiment, seed), shared by every method of the experiment.
 
 
-def partition_code(experiment):  # the split's code and the loaders of the experiment's datasets
-    return codes.rule_code(codes.RULE_CODE["partition"][0] + codes.dataset_modules(experiment_datasets(experiment)))
-
-
 rule partition:
+    conda:
+        CONDA_ENV
     input:
         data=lambda wc: fixed(datasets_of(wc.experiment)[:1]),
         code=lambda wc: fixed(partition_code(wc.experiment)),

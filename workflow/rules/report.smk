@@ -12,40 +12,6 @@
 # from src/fedbayes/papers/<paper>.yaml) and a subcategory per table; captions in workflow/report/.
 
 
-def in_report(path, name, caption, subcategory=None):  # marked for `snakemake --report` once built (a report runs nothing)
-    return report(path, caption=f"../report/{caption}.rst", category=plan.report_category(name, codes.ROOT / "papers"), subcategory=subcategory or name, labels={"file": Path(path).name, "table": name}) if Path(path).exists() else path
-
-
-def missing_marker(experiment, method, files, table_csv):  # a run file or selection deleted behind an existing table
-    return marker_input(f"{WORK}/missing/{experiment}/{method}.txt", "rebuilt because of: ", markers.missing(files), [table_csv])
-
-
-def selected_runs(experiment, method, table_csv):
-    """Input function: the runs of the selected point (all seeds) and the method's numerics gate where due.
-    Where a selection or a data status does not exist yet it is asked for as a plain input with a marker
-    (Snakemake 9 checks neither the params nor the input mtimes of a job that still waits on a
-    checkpoint, and would say "Nothing to be done"); when its job has run, Snakemake asks again."""
-    def inputs(wc):
-        if (available := experiment_available(experiment)) is None:
-            return plan.unrecorded(WORK, experiment_datasets(experiment)) + marker_input(f"{WORK}/missing/data/{experiment}.txt", "rebuilt because of: ", plan.unrecorded(WORK, experiment_datasets(experiment)), [table_csv])
-        if not available:
-            return []
-        if not Path(selected := selected_file(experiment, method)).exists():
-            return [selected] + missing_marker(experiment, method, [selected], table_csv)
-        files, kept = plan.run_inputs([run_dir(experiment, method, selected_point(experiment, method), s) for s in seeds(config, experiment, method)])
-        return files + missing_marker(experiment, method, kept, table_csv) + gate_input(method)
-
-    return inputs
-
-
-def table_status(experiments):  # the data status of every dataset of the table's experiments
-    return lambda wc: sorted({plan.status_file(WORK, d) for e in experiments for d in experiment_datasets(e)})
-
-
-def sweep_reports(table, spec, experiments):  # a table's sweep reports, or the data status not recorded yet
-    return lambda wc: [f for e in experiments for f in ([plan.sweep_report(REPORTS, table, spec, e)] if experiment_available(e) else plan.unrecorded(WORK, experiment_datasets(e)))]
-
-
 TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rule reads the same runs)
 
 for _table, _spec in config["tables"].items():
@@ -56,6 +22,8 @@ for _table, _spec in config["tables"].items():
     TABLE_PAIRS[_table] = _pairs
 
     rule:
+        conda:
+            CONDA_ENV
         name:
             plan.job_rule("table", _table)
         input:
@@ -82,10 +50,6 @@ for _table, _spec in config["tables"].items():
             cli("table") + " {params.name:q} --out {output.csv:q} 2>&1 | tee {log:q}"
 
 
-def all_sweep_reports(wc):  # every table's experiments' sweep reports (each trains every method of its experiment)
-    return sorted({f for t, s in config["tables"].items() for f in sweep_reports(t, s, list(TABLE_PAIRS[t]))(wc)})
-
-
 rule sweeps:
     input:
         all_sweep_reports,
@@ -94,6 +58,8 @@ rule sweeps:
 for _toy in config.get("toys", {}):
 
     rule:
+        conda:
+            CONDA_ENV
         name:
             plan.job_rule("toy", _toy)
         input:
@@ -121,6 +87,8 @@ _SC = config.get("scorecard", {})
 SCORECARD = f"{REPORTS}/README.md"
 
 rule scorecard:
+    conda:
+        CONDA_ENV
     input:
         tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
         toys=[f"{REPORTS}/{t}.csv" for t in config.get("toys", {})],  # their published cells and figure claims
@@ -147,6 +115,8 @@ HEADLINE = config.get("headline")  # optional: a params.yaml without one has no 
 if HEADLINE:
 
     rule headline:
+        conda:
+            CONDA_ENV
         input:
             table=f"{REPORTS}/{HEADLINE['table']}.csv",
             outputs=missing_outputs("headline", [str(f) for f in headline_plot_files(config)], f"{REPORTS}/metrics"),
@@ -171,6 +141,8 @@ if HEADLINE:
 if stand_in_size(config):
 
     rule rehearsal_summary:
+        conda:
+            CONDA_ENV
         input:
             tables=[f"{REPORTS}/{t}.csv" for t in config["tables"]],
             tracked=import_marker(REHEARSAL_IMPORT),

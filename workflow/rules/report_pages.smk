@@ -10,19 +10,17 @@ REPORT_PAGES = {"README.md": "scorecard"} | {
     f"{t}.{ext}": t for t in [*config["tables"], *config.get("toys", {})] for ext in ("md", "csv")}
 
 
-def _page_of(wc):
-    return REPORT_PAGES.get(wc.page, "")
-
-
 rule report_page:
+    conda:
+        CONDA_ENV
     input:
         page=f"{REPORTS}/{{page}}",
         code=fixed(CODE["report_page"]),
     output:
         report(f"{WORK}/report/{{page}}.html", caption="../report/page.rst",
-               category=lambda wc: SCORECARD_CATEGORY if wc.page == "README.md" else plan.report_category(_page_of(wc), codes.ROOT / "papers"),
-               subcategory=lambda wc: "scorecard (reports/README.md)" if wc.page == "README.md" else _page_of(wc),
-               labels=lambda wc: {"page": wc.page, "shows": "rendered " + wc.page.rsplit(".", 1)[-1]}),
+               category=lambda wc: SCORECARD_CATEGORY if wc.page == "README.md" else plan.report_category(page_of(wc), codes.ROOT / "papers"),
+               subcategory=lambda wc: "scorecard (reports/README.md)" if wc.page == "README.md" else page_of(wc),
+               labels=lambda wc: {"page": wc.page, "shows": f"rendered {wc.page.rsplit('.', 1)[-1]}"}),
     wildcard_constraints:
         page="|".join(re.escape(p) for p in REPORT_PAGES),
     params:

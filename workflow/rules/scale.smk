@@ -6,12 +6,11 @@
 if SCALE != "paper":
     PAPER_REPORTS = paths({**config, "scale": "paper"})["reports"]
 
-    def _refuse_paper_path(wc):
-        raise WorkflowError(plan.paper_output_refusal(wc.paper_output, REPORTS, PAPER_REPORTS, SCALE))
-
     rule paper_output_at_smoke_scale:
+        conda:
+            CONDA_ENV
         input:
-            _refuse_paper_path,
+            lambda wc: plan.refuse_paper_output(wc.paper_output, REPORTS, PAPER_REPORTS, SCALE),
         output:
             "{paper_output}",
         wildcard_constraints:

@@ -10,43 +10,7 @@
 # by a file lock (fedbayes.tracking.store_lock). A table's marker (work/mlflow/<table>.runs) records the
 # store and, per MLflow run, its id, key and content hash; it is trusted only where that store holds
 # those runs (fedbayes.tracking.marker_problems). Tags: selected=true|false, content_hash, import_id.
-from fedbayes.tracking import REHEARSAL_IMPORT, imported_runs, marker_problems, tracking_uri
-
-
-def method_runs(experiment, method):  # (point, seed) of every imported run of the pair; waits for the selection
-    return imported_runs(config, experiment, method, selected_point(experiment, method))
-
-
-def import_marker(group):
-    return f"{WORK}/mlflow/{group}.runs"
-
-
-def available_pairs(pairs):  # the pairs whose experiment's data this machine has (as the tables: the others' rows say "not run")
-    return {e: ms for e, ms in pairs.items() if experiment_available(e)}
-
-
-def store_lost(group):  # an import whose runs are not in the store as imported is redone (tracking.marker_problems)
-    return lambda wc: marker_input(f"{WORK}/damaged/mlflow/{group}.txt", "re-imported because ", marker_problems(import_marker(group), tracking_uri(config)), [import_marker(group)])
-
-
-def pairs_status(pairs):  # the data status files of the pairs' experiments not recorded yet
-    return sorted({f for e in pairs for f in plan.unrecorded(WORK, experiment_datasets(e))})
-
-
-def unrecorded_status(group, pairs):  # data not recorded yet: its status asked for (the data checkpoint), with a marker
-    return lambda wc: pairs_status(pairs) + marker_input(f"{WORK}/missing/mlflow/{group}.txt", "rebuilt because of: ", pairs_status(pairs), [import_marker(group)])
-
-
-def imported_files(pairs):
-    return lambda wc: [f"{run_dir(e, m, pt, s)}/{f}" for e, ms in available_pairs(pairs).items() for m in ms for pt, s in method_runs(e, m) for f in ("metrics.json", "history.csv")]
-
-
-def imported_selections(pairs):
-    return lambda wc: [selected_file(e, m) for e, ms in available_pairs(pairs).items() for m in ms]
-
-
-def imported_figures(pairs):
-    return lambda wc: sorted({partition_figure_of(e, s) for e, ms in available_pairs(pairs).items() for m in ms for _, s in method_runs(e, m)})
+from fedbayes.tracking import REHEARSAL_IMPORT
 
 
 # import group -> {experiment: [methods]}: each table's pairs; at rehearsal scale one group of every
@@ -59,6 +23,8 @@ except ValueError as e:
 for _group, _pairs in IMPORTS.items():
 
     rule:
+        conda:
+            CONDA_ENV
         name:
             plan.import_rule(_group)
         input:

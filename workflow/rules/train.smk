@@ -18,37 +18,16 @@
 GOLDENS = Path(workflow.basedir, "tests/golden/numerics")
 
 
-@functools.cache
-def numerics_gate():  # (gate file, {method: its due code paths' hyperparameters}) where checks are due
-    return numerics.study_gate(config, WORK)
-
-
-def gate_input(method):  # the gate as an input where the method's check is due (forced, as the markers: see marker_input)
-    g = numerics_gate()
-    return [forced(g[0], f"numerics check of {', '.join(g[1])} due", "numerics_check")] if g and method in g[1] else []
-
-
-def run_cfg(wc):
-    return run_config(config, wc.experiment, wc.method, int(wc.seed), wc.point)
-
-
-def changed_config(wc):
-    """A marker naming why a finished run is stale (staleness.run_changes); a run that will train also
-    waits on its method's numerics gate."""
-    d = run_dir(wc.experiment, wc.method, wc.point, wc.seed)
-    changed = staleness.run_changes(d, wc.method, run_cfg(wc))
-    return marker_input(f"{WORK}/changed/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.txt", "changed since this run: ",
-                        changed, [f"{d}/run.json", f"{d}/history.csv"]) + (gate_input(wc.method) if changed or not staleness.finished(d) else [])
-
-
 rule numerics_check:
+    conda:
+        CONDA_ENV
     output:
         f"{WORK}/numerics/gate/check-{{key}}.txt",
     wildcard_constraints:
         key="[0-9a-f]{12}",
     params:
-        paths=lambda wc: [json.dumps({"method": m, "hparams": json.loads(h)}) for m, hs in numerics_gate()[1].items() for h in hs],
-        methods=lambda wc: list(numerics_gate()[1]),
+        paths=lambda wc: [json.dumps({"method": m, "hparams": json.loads(h)}) for m, hs in INPUTS.numerics_gate[1].items() for h in hs],
+        methods=lambda wc: list(INPUTS.numerics_gate[1]),
         cmd=f"{FEDBAYES} numerics-check --goldens {shlex.quote(str(GOLDENS))} --work {shlex.quote(WORK)} --due-only",
     log:
         f"{WORK}/logs/numerics/check-{{key}}.log",
@@ -59,6 +38,8 @@ rule numerics_check:
 
 
 rule train:
+    conda:
+        CONDA_ENV
     input:
         changed=changed_config,
     output:

@@ -172,3 +172,11 @@ def paper_output_refusal(path: str, reports: str, paper_reports: str, scale: str
     return (f"{path} is a paper-scale output; this workflow runs at scale {scale}, whose outputs live under "
             f"{reports}/ so that they never overwrite the paper-scale ones: ask for {smoke} "
             f"(e.g. snakemake --cores all {smoke} --config scale={scale})")
+
+
+def refuse_paper_output(path: str, reports: str, paper_reports: str, scale: str):
+    """The input function of the rule that matches a paper-scale output asked for at another scale:
+    stops the DAG before any job, with ``paper_output_refusal``'s line."""
+    from snakemake.exceptions import WorkflowError
+
+    raise WorkflowError(paper_output_refusal(path, reports, paper_reports, scale))
