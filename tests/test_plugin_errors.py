@@ -156,6 +156,31 @@ def test_an_exception_in_a_plugins_client_update_is_one_line_and_leaves_nothing_
     assert not log.exists()   # the failed attempt's traceback went with the run that answered it
 
 
+def test_a_failed_retraining_leaves_no_earlier_trainings_predictions(tmp_path):
+    """A finished run retrained (its configuration changed: the workflow removed its run.json and
+    history.csv) whose plug-in now raises: the earlier training's predictions.npz and posterior.pt,
+    which no run file records any longer, went with the failed run's partial files (they stayed: a
+    folder of predictions of a configuration nothing names)."""
+    from fedbayes.study import paths
+
+    env = boom_env(tmp_path)
+    params = boom_params(tmp_path, fail_round=9)
+    p = yaml.safe_load(params.read_text())
+    run = Path(paths(p)["runs"]) / "synth" / "fedboom" / "default" / "seed0"
+    part = Path(paths(p)["partitions"]) / "synth" / "seed0.npz"
+    argv = [sys.executable, "-m", "fedbayes.cli", "train", "--params", str(params), "--experiment", "synth",
+            "--method", "fedboom", "--seed", "0", "--partition", str(part), "--out", str(run), "--threads", "1"]
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert {"predictions.npz", "posterior.pt"} <= {f.name for f in run.iterdir()}
+    for f in ("run.json", "history.csv"):   # what Snakemake removes before it runs the train job again
+        (run / f).unlink()
+    boom_params(tmp_path, fail_round=2)
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1 and "boom in round 2" in r.stderr, r.stdout + r.stderr
+    assert not run.exists(), sorted(f.name for f in run.rglob("*"))
+
+
 def test_numerics_check_reports_a_plugins_exception_in_one_line(tmp_path):
     """`fedbayes numerics-check` (what the workflow runs before adopting finished runs) on a plug-in that
     raises: one line naming the method, its file and line, never a traceback or an "unreadable golden"."""

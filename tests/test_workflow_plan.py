@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fedbayes.study import method_defaults
 from fedbayes.workflow import codes, markers, numerics, plan, staleness
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,6 +125,27 @@ def test_run_changes(tmp_path, monkeypatch):
     assert staleness.run_changes(tmp_path / "old", "m", cfg) == ["numerics version of m 1 -> 2"]
     (tmp_path / "old/history.csv").unlink()
     assert staleness.run_changes(tmp_path / "old", "m", cfg) == ["history.csv missing"]
+
+
+def test_a_rerun_reason_shows_the_default_a_run_read_not_absent(tmp_path, monkeypatch):
+    """A run that read a spec default (its configuration leaves the key out, run.json ``defaults`` records
+    it) and is now given another value: the reason shows the value the run used, not '<absent>'; and the
+    other way round, a setting removed shows the default the run will read."""
+    monkeypatch.setattr(staleness, "run_problems", lambda d: [])
+    hp = {"lr": 0.001, "batch_size": 32, "local_epochs": 1}
+    write_run(tmp_path / "r", {"method": "fedavg", "hparams": hp}, staleness.numerics("fedavg"))
+    info = json.loads((tmp_path / "r/run.json").read_text())
+    info["defaults"] = method_defaults("fedavg", hp)      # as training records them
+    (tmp_path / "r/run.json").write_text(json.dumps(info))
+    now = {"method": "fedavg", "hparams": {**hp, "weight_decay": 0.001}}
+    assert staleness.run_changes(tmp_path / "r", "fedavg", now) == ["hparams.weight_decay 0.0 (its default) -> 0.001"]
+
+    write_run(tmp_path / "s", now, staleness.numerics("fedavg"))
+    info = json.loads((tmp_path / "s/run.json").read_text())
+    info["defaults"] = method_defaults("fedavg", now["hparams"])
+    (tmp_path / "s/run.json").write_text(json.dumps(info))
+    assert staleness.run_changes(tmp_path / "s", "fedavg", {"method": "fedavg", "hparams": hp}) == \
+        ["hparams.weight_decay 0.001 -> 0.0 (its default)"]
 
 
 def test_metrics_changes_compute_the_definitions_only_where_a_metrics_file_is_met(tmp_path, monkeypatch):

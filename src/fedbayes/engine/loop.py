@@ -254,9 +254,14 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
 
 def discard_partial(out: Path) -> None:
     """Remove what an unfinished training leaves in its run directory (the checkpoint, the kept rounds'
-    predictions), and the directory itself if nothing else is in it."""
+    predictions), an earlier training's predictions and posterior where no run file records that training
+    any longer (a retrained run: the workflow removed its run.json and history.csv), and the directory
+    itself if nothing else is in it."""
     (out / CHECKPOINT).unlink(missing_ok=True)
     shutil.rmtree(out / ROUNDS_DIR, ignore_errors=True)
+    if not any((out / f).exists() for f in ("run.json", "history.csv")):
+        for f in ("predictions.npz", "posterior.pt"):
+            (out / f).unlink(missing_ok=True)
     try:
         out.rmdir()   # only when empty: a finished run's files or a set-aside checkpoint stay
     except OSError:

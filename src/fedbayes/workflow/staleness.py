@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedbayes.study import default_changes, defaults_key, numerics
+from fedbayes.study import default_changes, defaults_key, method_defaults, numerics, recorded_defaults
 from fedbayes.study import config_changes
 from fedbayes.runfiles import metrics_problems, run_problems, selection_problems
 
@@ -41,12 +41,50 @@ def run_changes(run_dir, method: str, cfg: dict) -> list[str]:
         return changed
     info = json.loads((d / "run.json").read_text())
     changed = config_changes(info["config"], cfg, values=True)
+    changed = _defaults_shown(changed, *_defaults_read(info, method, cfg))
     changed += [f"default of {method}'s {k} {then!r} -> {now!r}"
                 for k, (then, now) in default_changes(method, cfg["hparams"], info.get("defaults")).items()]
     ran, now = info.get("numerics") or {"core": 1, "method": 1}, numerics(method)
     changed += [f"numerics version of {'the core' if k == 'core' else method} {ran.get(k)} -> {now[k]}"
                 for k in sorted(now) if ran.get(k) != now[k]]
     return changed
+
+
+def _defaults_read(info: dict, method: str, cfg: dict) -> tuple[dict, dict]:
+    """The defaults the run read (its record) and those it would read now; {} where unknown (a method no
+    installed package registers, a record without its method)."""
+    try:
+        then = recorded_defaults(info)
+    except (KeyError, TypeError, AttributeError):
+        then = {}
+    try:
+        now = method_defaults(method, cfg.get("hparams") or {})
+    except (KeyError, TypeError, AttributeError):
+        now = {}
+    return then, now
+
+
+ABSENT = "<absent>"
+
+
+def _defaults_shown(changes: list[str], then: dict, now: dict) -> list[str]:
+    """Rerun reasons with a hyperparameter one side leaves to its spec shown at the default that side reads
+    (the run's recorded ``then``, today's ``now``) instead of '<absent>': ``hparams.swag_epochs 1 (its
+    default) -> 2``. Only the wording changes: which runs are stale is ``config_changes``'s."""
+    def shown(v):
+        return f"{v if isinstance(v, str) else json.dumps(v)} (its default)"
+
+    out = []
+    for line in changes:
+        key, _, values = line.partition(" ")
+        name = key.removeprefix("hparams.")
+        old, sep, new = values.partition(" -> ")
+        if key.startswith("hparams.") and "." not in name and sep:
+            old = shown(then[name]) if old == ABSENT and name in then else old
+            new = shown(now[name]) if new == ABSENT and name in now else new
+            line = f"{key} {old} -> {new}"
+        out.append(line)
+    return out
 
 
 def metrics_changes(run_dir, definitions) -> tuple[str, list[str]]:
