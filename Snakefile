@@ -4,6 +4,8 @@
 #       clone (--cores 1, load 6.8 → 2.5); smoke outputs live under reports/smoke/ etc.
 # params.yaml is validated (JSON schema + semantic checks) before any job starts.
 
+import sys
+
 import yaml
 from snakemake.utils import min_version
 
@@ -17,7 +19,10 @@ min_version("9.0")
 # params.yaml as written, through fedbayes' loader first: Snakemake's own YAML loader keeps the last of
 # two equal keys silently and expands an alias bomb; a file that is not UTF-8 or holds no mapping is
 # refused too (ConfigError in one line naming the file, the key and line, or the bomb).
-load_params_text(Path(workflow.basedir, "params.yaml"))
+try:
+    load_params_text(Path(workflow.basedir, "params.yaml"))
+except ConfigError as e:   # the problem alone, without Snakemake's "in file Snakefile, line …" and frames
+    sys.exit(str(e))
 
 
 configfile: "params.yaml"
@@ -30,18 +35,21 @@ report: "workflow/report/workflow.rst"
 
 # The schema and the semantic checks (unknown names, impossible sizes), every problem listed with its
 # dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
-as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
-validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
-# An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
-# not in each of its training jobs (it imports torch; the jobs' own validation does not).
-check_implementations(config)
-# A CUDA device this machine lacks (torch is imported only for one): refused here where the jobs run here;
-# on a cluster they run elsewhere, and each training job checks its own machine (engine.loop.pick_device).
-if workflow.local_exec:
-    check_device(config)
-# Environment variables set to a value fedbayes cannot use: every job would fail on them.
-if environment_problems():
-    raise ConfigError("; ".join(environment_problems()))
+try:   # each problem in its own line, naming the key; exit 1 before any job
+    as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
+    validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
+    # An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
+    # not in each of its training jobs (it imports torch; the jobs' own validation does not).
+    check_implementations(config)
+    # A CUDA device this machine lacks (torch is imported only for one): refused here where the jobs run here;
+    # on a cluster they run elsewhere, and each training job checks its own machine (engine.loop.pick_device).
+    if workflow.local_exec:
+        check_device(config)
+    # Environment variables set to a value fedbayes cannot use: every job would fail on them.
+    if environment_problems():
+        raise ConfigError("; ".join(environment_problems()))
+except ConfigError as e:
+    sys.exit(str(e))
 # config is not edited from here on: each experiment, overlay and method block is resolved once for the
 # whole planning (the input functions ask for them thousands of times, again after each checkpoint).
 share_for_good()

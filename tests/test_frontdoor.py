@@ -260,9 +260,17 @@ def _integer_key(d):
     f.write_text(yaml.safe_dump(p, sort_keys=False))
 
 
+def _uninstalled_method(d):
+    f = d / "params.yaml"
+    p = yaml.safe_load(f.read_text())
+    p["methods"]["fedswag"] = {"lr": 0.1}
+    f.write_text(yaml.safe_dump(p, sort_keys=False))
+
+
 @pytest.mark.parametrize("damage, words", [
     (_latin1, ["params.yaml", "not UTF-8"]), (_empty, ["params.yaml", "empty"]), (_integer_key, ["experiments.7"]),
-], ids=["latin1", "empty", "integer-key"])
+    (_uninstalled_method, ["methods.fedswag", "not installed", "entry point"]),
+], ids=["latin1", "empty", "integer-key", "uninstalled-method"])
 def test_snakemake_refuses_the_same_problems_before_any_job(tmp_path, repo, damage, words):
     from dagutil import copy_repo, sh
 
@@ -271,4 +279,6 @@ def test_snakemake_refuses_the_same_problems_before_any_job(tmp_path, repo, dama
     before = set(d.rglob("*"))
     out = sh("snakemake --cores 1 -n reports/smoke/table1.csv", d, check=False, timeout=300)
     assert all(w in out for w in words) and "Traceback" not in out, out[-3000:]
+    # the problem alone: not Snakemake's "ConfigError in file …/Snakefile, line …" and its frames
+    assert "in file" not in out and 'File "' not in out, out[-3000:]
     assert not [f for f in set(d.rglob("*")) - before if ".snakemake" not in f.parts], "wrote files"
