@@ -23,8 +23,9 @@ SLOW_FIRST = ("test_rehearsal.py", "test_integration.py", "test_slurm.py", "test
 
 # The second tier (`make test-all`, what CI runs): the stand-in rehearsal of every experiment, the real
 # smoke DAG with DVC and MLflow, a Slurm cluster (these files whole), and each test marked `full` elsewhere:
-# one that runs a Snakemake DAG, DVC, an MLflow server or concurrent processes, or replays committed
-# runs. `make test` (unit and planning tests) leaves them out (-m "not full").
+# one that runs a Snakemake DAG, DVC, an MLflow server or concurrent processes, trains whole runs,
+# compiles a kernel, installs a package or replays committed runs. `make test` (unit and planning tests,
+# `snakemake -n` included) leaves them out (-m "not full").
 FULL_TIER = ("test_rehearsal.py", "test_integration.py", "test_slurm.py")
 
 

@@ -173,6 +173,7 @@ def test_ivon_batched_step_is_the_sequential_step_on_one_client():
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("method", ["fedavg", "fedivon"])
 def test_a_model_that_draws_trains_one_by_one(method, tmp_path, synthetic_run_data, cfg_factory):
     """A model with dropout (the EMNIST-62 CNN) draws its masks from torch's generator between the noise

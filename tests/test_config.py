@@ -328,6 +328,7 @@ def edit_table(p):
     p["tables"]["table1"]["methods"].append("fedavg@mean")
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("edit, key", [
     (edit_seeds, "seeds.1"), (edit_alpha, "partition.alpha2"), (edit_method, "fedmagic"),
     (edit_dataset, "imagenet"), (edit_clients, "6001 clients"), (edit_rounds, "fmnist10-dir-k10.rounds"),

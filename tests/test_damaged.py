@@ -122,6 +122,7 @@ def test_damaged_files_are_rebuilt_and_the_table_comes_back(synth):
     assert (synth / TABLE).read_text() == table_before
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("name", ["history.csv", "metrics.json", "run.json"])
 def test_deleted_run_file_behind_a_table_is_planned(synth, name):
     f = synth / RUN / name
@@ -135,6 +136,7 @@ def test_deleted_run_file_behind_a_table_is_planned(synth, name):
     assert planned(synth) == {}
 
 
+@pytest.mark.full
 def test_deleted_selection_behind_a_table_is_planned(synth):
     """A deleted selected.json (a checkpoint's output) left the table waiting on a checkpoint that Snakemake
     never looked behind: "Nothing to be done". Now the selection reruns (tests/test_edit_loop.py: the same

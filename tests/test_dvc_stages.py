@@ -88,6 +88,7 @@ def test_a_fedavg_sweep_edit_flags_only_the_stages_whose_tables_it_reruns(tmp_pa
     assert flagged(tmp_path, edit) == {"table1", "fedlap_tables", "bayesadmm_tables"}
 
 
+@pytest.mark.full
 def test_a_toy_edit_flags_only_its_own_stage(tmp_path):
     assert flagged(tmp_path, lambda t: t.replace("toys:\n", "toys:\n  # edited\n", 1)) == set()  # a comment: nothing
     for toy, stages in (("fedep/table4", {"fedep_toy"}), ("bayesadmm/figures", set())):  # the latter: no DVC stage
@@ -161,6 +162,7 @@ def test_an_experiment_name_with_a_dot_is_one_dvc_key(name):
     assert dpath.search(p, k, separator=".")["experiments"] == {name: p["experiments"][name]}
 
 
+@pytest.mark.full
 def test_a_deleted_or_edited_committed_run_file_flags_the_stages_whose_tables_read_it(tmp_path):
     """As Snakemake reruns a run whose history.csv was deleted (and the tables that read it), `dvc status`
     names the stages whose tables read that run, and no other. Before: no stage depended on a run, and
@@ -249,6 +251,7 @@ def test_dvc_caches_the_raw_data_and_no_report():
     assert dvc_cached_outputs(root) == data
 
 
+@pytest.mark.full
 def test_the_data_step_puts_a_fetched_dvc_output_into_the_cache(tmp_path):
     """After a fetch outside DVC, `dvc status` reads "not in cache"; the data step's command (what
     workflow/rules/data.smk runs after `fedbayes data`) caches the folder and `dvc status` reads up to

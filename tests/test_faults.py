@@ -152,6 +152,7 @@ def test_killed_snakemake_leaves_nothing_a_rerun_would_trust(synth, tmp_path):
     assert "rule train:" in sh(f"snakemake -n --cores 1 {target}", synth)
 
 
+@pytest.mark.full
 def test_diverged_run_is_recorded_and_the_table_still_builds(synth):
     for seed in (0, 1):
         run = synth / f"results/runs/synth-k4/fedprox/alpha=0.01/seed{seed}"

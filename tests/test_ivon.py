@@ -216,6 +216,7 @@ def test_in_place_ivon_train_is_bit_identical_to_the_functional_step(kw):
     assert all(torch.equal(a, b) for a, b in zip(before, (st.m, st.h, st.g)))
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("with_duals,clip,vector_delta", [(True, math.inf, True), (False, 0.5, False), (True, 0.05, True)])
 @pytest.mark.parametrize("cpu_kernels", [True, False])
 def test_compiled_ivon_step_is_the_eager_step_bit_for_bit(with_duals, clip, vector_delta, cpu_kernels, monkeypatch):

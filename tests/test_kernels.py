@@ -231,6 +231,7 @@ def _cut_into_last_segment(so):
     so.write_bytes(data[:offset + 8])
 
 
+@pytest.mark.full
 @pytest.mark.skipif(sys.platform != "linux", reason="an ELF shared library")
 @pytest.mark.parametrize("record", [True, False])
 def test_a_damaged_kernel_library_is_built_again_not_loaded(tmp_path, record):

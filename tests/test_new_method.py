@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pluginutil import fedbayes, installed, synthetic_params
 
 
+@pytest.mark.full
 def test_new_method_writes_a_package_that_registers_tests_and_trains(tmp_path):
     import os
 
