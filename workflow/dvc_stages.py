@@ -207,7 +207,7 @@ def generate(text: str, p: dict, root: Path = ROOT) -> tuple[str, list[str]]:
     for name in [t for t in p["tables"] if t not in staged]:   # a table of the user's own: a stage of its own
         stage = "table_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
         m = re.search(r"^stages:\n(?:(?:  .*|\s*)\n)*", text, re.M)
-        text = text[:m.end()] + own_stage(p, stage, name, committed) + text[m.end():]
+        text = text[:m.end()] + own_stage(p, stage, name, committed, root) + text[m.end():]
         changed.append(stage)
     return text, changed
 
@@ -219,13 +219,37 @@ def paths_runs(p: dict) -> str:
     return paths({**p, "scale": "paper"})["runs"]
 
 
-def own_stage(p: dict, stage: str, name: str, committed: set[tuple[str, str]]) -> str:
+def plugin_folders(p: dict, name: str, root: Path) -> list[str]:
+    """The folders of the installed packages (outside fedbayes) whose methods a table shows: their code
+    decides the table's numbers as src/fedbayes does (a numerics bump in a plug-in reruns its runs), so
+    they are the stage's deps too; relative to the repository where inside it, else absolute (DVC reads
+    an absolute dependency outside the repository)."""
+    import importlib.util
+
+    from fedbayes.methods.spec import plugin_origin
+    from fedbayes.study import split_variant
+
+    out = []
+    for method in dict.fromkeys(split_variant(m)[0] for m in p["tables"][name].get("methods", [])):
+        for module in (plugin_origin(method) or (None, None, []))[2]:
+            spec = importlib.util.find_spec(module)
+            where = list(spec.submodule_search_locations or []) if spec else []
+            folder = Path(where[0] if where else spec.origin).resolve() if spec and (where or spec.origin) else None
+            if folder is not None:
+                inside = folder.is_relative_to(root.resolve())
+                out.append(str(folder.relative_to(root.resolve()) if inside else folder))
+    return list(dict.fromkeys(out))
+
+
+def own_stage(p: dict, stage: str, name: str, committed: set[tuple[str, str]], root: Path = ROOT) -> str:
     """dvc.yaml's stage of a table no stage asks for (a user's own): Snakemake builds it, its params
-    and committed-run deps generated as every table stage's, its CSV, Markdown and figures its outputs."""
+    and committed-run deps generated as every table stage's, the folders of the plug-ins whose methods it
+    shows, its CSV, Markdown and figures its outputs."""
     runs = stage_runs(p, [name], committed)
+    code = ["Snakefile", "workflow", "profiles", "src/fedbayes", *plugin_folders(p, name, root)]
     return (f"  {stage}:\n"
             f"    cmd: python3 workflow/dvc_stages.py --check && snakemake --cores all ${{reports_dir}}/{name}.csv\n"
-            "    deps:\n" + "".join(f"      - {d}\n" for d in ("Snakefile", "workflow", "profiles", "src/fedbayes"))
+            "    deps:\n" + "".join(f"      - {d}\n" for d in code)
             + (RUNS_HEADER + "".join(f"      - {d}\n" for d in runs) if runs else "")
             + "    params:\n" + render(stage_params(p, [name]))
             + "    outs:\n" + render_outs(stage_outs(p, [name], [])))
