@@ -6,6 +6,7 @@ import math
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -270,3 +271,37 @@ def test_a_library_whose_contents_changed_is_damaged(tmp_path):
     assert kernels.library_problem(so) == "its contents differ from the build's"
     so.write_bytes(b"")
     assert "0 bytes" in kernels.library_problem(so)
+
+
+def test_the_build_reads_its_source_from_a_path_its_content_names(tmp_path):
+    build = tmp_path / "fedbayes_kernels"
+    src = kernels.stable_source(build)
+    assert src.read_bytes() == (Path(kernels.__file__).with_name("kernels.cpp")).read_bytes()
+    assert src.parent == tmp_path / "fedbayes_kernels.sources" and src.name.startswith("kernels-")
+    before = src.stat().st_mtime_ns
+    assert kernels.stable_source(build) == src and src.stat().st_mtime_ns == before   # not rewritten
+    src.write_text("damaged")
+    assert kernels.stable_source(build).read_bytes() != b"damaged"
+
+
+@pytest.mark.full
+def test_a_clone_at_another_path_loads_the_kernels_without_building_them_again(tmp_path):
+    """torch's loader wrote the source's path into its build file: a process of another checkout (or a
+    test's copy of the repository) compiled the kernels again, 36 s, each time the path changed."""
+    import subprocess
+
+    clone = tmp_path / "clone"
+    shutil.copytree(Path(kernels.__file__).parents[3], clone / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("from fedbayes.methods.core import kernels; k = kernels.kernel(); import sys; "
+            "print(bool(k)); print(kernels.build_directory())")
+    runs = []
+    for where in (clone / "src", Path(kernels.__file__).parents[3], clone / "src"):
+        env = {**os.environ, "PYTHONPATH": str(where)}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-2000:]
+        loaded, build = out.stdout.split()
+        so = sorted(Path(build).glob("*.so"))
+        runs.append((loaded, [(f.name, f.stat().st_mtime_ns) for f in so]))
+    if runs[0][0] != "True":
+        pytest.skip("no compiler or no AVX2 here: the kernels do not build")
+    assert runs[0][1] == runs[1][1] == runs[2][1], runs   # built (at most) once, then loaded as built

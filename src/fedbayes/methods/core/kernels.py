@@ -40,10 +40,10 @@ def _load():
 
         os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
-    src = Path(__file__).with_name("kernels.cpp")
     build = build_directory()
     # One builder at a time under a flock, which the kernel releases when its holder dies.
     with exclusive_lock(build.parent / f"{build.name}.build"):
+        src = stable_source(build)
         for attempt in (1, 2):
             _remove_stale_baton(build)
             # A library cut short (a full disk, a killed copy) still loads: the loader maps the missing pages
@@ -66,6 +66,24 @@ def _load():
                 if getattr(k, "__file__", None):
                     record_library(Path(k.__file__))
                 return k
+
+
+def stable_source(build: Path) -> Path:
+    """kernels.cpp copied beside the build under a name its content gives, the path the build reads:
+    torch's loader writes the source's path into its ninja file, so a process of a clone at another path
+    (another checkout, a test's copy of the repository) found the build out of date and compiled it again
+    (36 s measured) each time the path changed; the same source now builds once a machine."""
+    import hashlib
+
+    from fedbayes.fileio import atomic_target
+
+    text = Path(__file__).with_name("kernels.cpp").read_bytes()
+    dst = build.parent / f"{build.name}.sources" / f"kernels-{hashlib.sha256(text).hexdigest()[:16]}.cpp"
+    if not dst.exists() or dst.read_bytes() != text:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_target(dst, keep_suffix=True) as tmp:
+            tmp.write_bytes(text)
+    return dst
 
 
 def _remove_stale_baton(build: Path) -> None:
