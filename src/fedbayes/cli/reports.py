@@ -8,9 +8,9 @@ from pathlib import Path
 
 from fedbayes.cli.common import _params
 from fedbayes.fileio import write_text_atomic
-from fedbayes.ownership import check_outputs
+from fedbayes.ownership import check_output_dir, check_outputs, check_own_kind, starts_with
 from fedbayes.reports.headline import write_headline
-from fedbayes.reports.rehearsal import build_summary
+from fedbayes.reports.rehearsal import TITLE as REHEARSAL_TITLE, build_summary
 from fedbayes.reports.toys import TOYS, toy_csv, toy_files
 from fedbayes.runpaths import selected_file
 from fedbayes.study import ConfigError, experiment_config, paths, stand_in_size
@@ -35,8 +35,13 @@ def cmd_table(args) -> None:
 
 def cmd_headline(args) -> None:
     p = _params(args)
+    own = Path(paths(p)["reports"]) / "metrics"
+    check_output_dir(p, "--out", Path(args.out), own)
+    plots = None if Path(args.out).resolve() == own.resolve() else Path(args.out).parent / "plots"   # beside --out
+    if plots is not None:
+        check_output_dir(p, "--out", plots, own.parent / "plots")   # (its curves, beside it)
     absent = []
-    files = write_headline(p, args.table_csv, args.out, absent)
+    files = write_headline(p, args.table_csv, args.out, absent, plots)
     plots = [f for f in files if f.suffix == ".csv"]
     print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
           f"{args.out}/ for `dvc metrics show`, {len(plots)} curve files for `dvc plots show`", flush=True)
@@ -47,8 +52,9 @@ def cmd_headline(args) -> None:
 
 def cmd_scorecard(args) -> None:
     p = _params(args)
-    from fedbayes.reports.scorecard import build_scorecard, terminal_line  # (lazy: pandas)
+    from fedbayes.reports.scorecard import TITLE, build_scorecard, terminal_line  # (lazy: pandas)
 
+    check_report(p, args.out, "README.md", TITLE, "a scorecard")
     print(f"wrote {args.out}: {terminal_line(build_scorecard(p, args.out))}")
 
 
@@ -56,12 +62,23 @@ def cmd_rehearsal_summary(args) -> None:
     p = _params(args)
     if not stand_in_size(p):
         raise ConfigError(f"scale {p['scale']}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
+    check_report(p, args.out, "summary.md", REHEARSAL_TITLE, "a rehearsal summary")
     rows = build_summary(p, args.out)
     bad = [f"{r['experiment']}/{r['method']}" for r in rows if not r["ok"]]
     print(f"wrote {args.out}: {len({r['experiment'] for r in rows})} experiments, {len(rows) - len(bad)} of "
           f"{len(rows)} experiment × method pairs ran on stand-in data" + (f"; not: {', '.join(bad)}" if bad else ""))
     if bad:
         sys.exit(1)
+
+
+def check_report(p: dict, out: str, name: str, first_line: str, what: str) -> None:
+    """A Markdown report's ``--out``: its own file (``<reports>/<name>``) or one outside the workflow's folders
+    that is new or an earlier one of these reports (``first_line``), never another file (the project's
+    README, a table's .md, a run's file)."""
+    own = Path(paths(p)["reports"]) / name
+    check_outputs(p, "--out", [Path(out)], [own], ".md")
+    if Path(out).resolve() != own.resolve():
+        check_own_kind("--out", out, ".md", starts_with(first_line), what)
 
 
 def cmd_toy(args) -> None:
