@@ -248,3 +248,10 @@ def test_replay_of_a_damaged_run_json_is_one_line(scratch, damage):
     (run_dir / "run.json").write_text(json.dumps(info))
     code, stderr = run(["replay", str(run_dir), "--rounds", "1"])
     assert code == 2 and one_error_line(code, stderr) and "run.json" in stderr, stderr
+
+
+@pytest.mark.parametrize("hparams", ["-1", "0", "1e999", "[1]", '"x"', "null"])
+def test_numerics_check_hparams_that_are_not_an_object_are_one_line(scratch, hparams):
+    """`numerics-check fedavg --hparams -1`: JSON, but not an object of hyperparameters (a TypeError traceback)."""
+    code, stderr = run(["numerics-check", "fedavg", "--hparams", hparams, "--work", str(scratch / "work")])
+    assert code == 2 and one_error_line(code, stderr) and "--hparams" in stderr, stderr

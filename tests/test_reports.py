@@ -750,3 +750,64 @@ def test_a_headline_from_a_file_that_is_not_a_table_is_one_line(table_params, tm
     code, err = _cli(["headline", str(table), "--out", str(tmp_path / "m")], capsys, monkeypatch, table_params)
     assert code == 2 and err.count("\n") == 1 and str(table) in err and "Traceback" not in err, err
     assert not (tmp_path / "m").exists()
+
+
+RUN = "runs/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
+
+
+def _main(args, capsys) -> tuple[int, str]:
+    from fedbayes import cli
+
+    with pytest.raises(SystemExit) as ex:
+        cli.main(args)
+        raise SystemExit(0)
+    return ex.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", [f"{RUN}/metrics.json", "elsewhere/notes.json"], ids=["run-file", "another-json"])
+def test_a_data_status_never_overwrites_a_file_of_another_kind(table_params, tmp_path, capsys, target):
+    """`data --status <a run's metrics.json>` wrote the data record over it (exit 0): refused now, as is
+    any existing file that is not a data status; the workflow's own status files are rewritten as before."""
+    target = tmp_path / target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text('{"mine": 1}\n')
+    before = _tree(tmp_path)
+    code, err = _main(["data", "mnist", "--no-download", "--root", str(tmp_path / "raw"), "--status", str(target)], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"--status {target}" in err, err
+    assert _tree(tmp_path) == before
+    own = tmp_path / "work" / "data" / "mnist.json"
+    own.write_text('{"dataset": "mnist", "available": true}\n')
+    code, err = _main(["data", "mnist", "--no-download", "--root", str(tmp_path / "raw"), "--status", str(own)], capsys)
+    assert code == 0 and json.loads(own.read_text())["available"] is False, err
+
+
+@pytest.mark.parametrize("option, target", [("--record", f"{RUN}/run.json"), ("--record", "elsewhere/notes.json"),
+                                            ("--work", "elsewhere")], ids=["run-file", "another-json", "work"])
+def test_a_numerics_record_never_overwrites_a_file_of_another_kind(tmp_path, capsys, option, target):
+    """`numerics-check fedavg --record <a run's run.json>` wrote its record over the run's (exit 0)."""
+    target = tmp_path / target
+    mine = target / "numerics" / "fedavg.json" if option == "--work" else target
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text('{"mine": 1}\n')
+    before = _tree(tmp_path)
+    code, err = _main(["numerics-check", "fedavg", option, str(target)], capsys)
+    assert code == 2 and err.count("\n") == 1 and str(mine) in err, err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("figure", [f"{RUN}/history.csv", "reports/figures/table1_curves.png",
+                                    "reports/figures/partitions/fmnist10-iid-k10_seed1.png"],
+                         ids=["run-file", "a-tables-figure", "another-seeds"])
+def test_a_partition_figure_never_overwrites_another_rules_file(table_params, tmp_path, capsys, monkeypatch, figure):
+    """`partition --figure <a run's history.csv>` drew the PNG over it (exit 0)."""
+    from fedbayes.cli import data
+
+    monkeypatch.setattr(data, "_params", lambda a: table_params)
+    target = tmp_path / figure
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("another rule's\n")
+    before = _tree(tmp_path)
+    code, err = _main(["partition", "--experiment", "fmnist10-iid-k10", "--seed", "0", "--out",
+                       str(tmp_path / "partitions" / "fmnist10-iid-k10" / "seed0.npz"), "--figure", str(target)], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"--figure {target}" in err, err
+    assert _tree(tmp_path) == before
