@@ -9,7 +9,7 @@ from fedbayes.eval.evaluate import evaluate_run
 
 @pytest.fixture
 def finished_run(tmp_path, synthetic_run_data, cfg_factory):
-    cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123", seed=0)
+    cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123", seed=0, scale="paper")  # tracked with the paper params
     run_federated(cfg, synthetic_run_data, tmp_path / "run", torch.device("cpu"), log=lambda m: None)
     evaluate_run(tmp_path / "run")
     return tmp_path / "run"
@@ -774,3 +774,15 @@ def test_a_changed_verdict_reimports_the_runs_of_its_cell(tmp_path, store, finis
     e = client.get_experiment_by_name(exp).experiment_id
     (run,) = client.search_runs([e], f"tags.run_key = '{KEY}'")
     assert run.data.tags["verdict/test/acc"] == "outside"
+
+
+def test_track_refuses_a_run_of_another_scale(finished_run, repo, tmp_path, monkeypatch, capsys):
+    """A smoke run (3 rounds on a fifth of the data) copied out of results/runs/smoke and tracked with the
+    paper params landed in the paper MLflow experiment under the paper run's key, tagged scale=paper:
+    refused in one line naming its scale, nothing written to the store."""
+    info = json.loads((finished_run / "run.json").read_text())
+    info["config"]["scale"] = "smoke"
+    (finished_run / "run.json").write_text(json.dumps(info))
+    code, err = _track_in_process(repo, tmp_path, monkeypatch, capsys, finished_run)
+    assert code == 2 and err.count("\n") == 1 and "records scale 'smoke'" in err and "--scale smoke" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
