@@ -20,7 +20,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedbayes"
 
 # what a garbage value of each kind of argument is; each argument gets them in turn
-GARBAGE = ["", "garbage", "/nonexistent/dir/file", "a" * 5000, "-1", "{dir}"]
+GARBAGE = ["", "garbage", "{dir}/nonexistent/dir/file", "a" * 5000, "-1", "{dir}"]   # (a missing folder inside the scratch one: a command that makes it writes nowhere else)
 # plausible values for the required arguments beside the one made garbage (names params.yaml defines;
 # the files they lead to do not exist in the scratch directory)
 PLAUSIBLE = {"experiment": "fmnist10-iid-k10", "method": "fedavg", "seed": "0", "table": "table1",
