@@ -811,3 +811,13 @@ def test_a_partition_figure_never_overwrites_another_rules_file(table_params, tm
                        str(tmp_path / "partitions" / "fmnist10-iid-k10" / "seed0.npz"), "--figure", str(target)], capsys)
     assert code == 2 and err.count("\n") == 1 and f"--figure {target}" in err, err
     assert _tree(tmp_path) == before
+
+
+def test_a_numerics_record_cut_short_in_the_work_folder_is_written_again(tmp_path, capsys):
+    """A record of the workflow's folder (--work) that is no JSON at all (cut short) is the check's own, due
+    anyway: written again, not refused (a JSON object of another kind there still is)."""
+    mine = tmp_path / "work" / "numerics" / "fedavg.json"
+    mine.parent.mkdir(parents=True)
+    mine.write_text('{"method": "fed')
+    code, err = _main(["numerics-check", "fedavg", "--work", str(tmp_path / "work")], capsys)
+    assert code == 0 and json.loads(mine.read_text())["method"] == "fedavg", err

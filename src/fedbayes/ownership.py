@@ -87,10 +87,14 @@ def check_own_kind(option: str, path: str | Path, suffix: str, ours: Callable[[s
                               "or one of its own")
 
 
-def json_with(*keys: str) -> Callable[[str], bool]:
-    """``ours`` for :func:`check_own_kind`: a JSON object holding ``keys``."""
+def json_with(*keys: str, damaged_ok: bool = False) -> Callable[[str], bool]:
+    """``ours`` for :func:`check_own_kind`: a JSON object holding ``keys``; with ``damaged_ok``, also a file
+    that is not JSON at all (a record of ours cut short, in a folder of ours: written again, as before)."""
     def ours(text: str) -> bool:
-        d = json.loads(text)
+        try:
+            d = json.loads(text)
+        except ValueError:
+            return damaged_ok
         return isinstance(d, dict) and all(k in d for k in keys)
     return ours
 

@@ -110,9 +110,12 @@ def cmd_numerics_check(args) -> None:
             raise ConfigError(f"--hparams is not a JSON object of hyperparameters: {h[:80]!r}")
         checks.append((methods[0], hp))
     checks = ((checks or [(methods[0], None)]) + [(m, None) for m in methods[1:]] if methods else []) + paths
-    option = "--record" if args.record else "--work"
-    for m in dict.fromkeys(m for m, _ in checks):   # a record is written over only where it is one already
-        check_own_kind(option, record_file(args, m), ".json", json_with("method"), "a numerics record (fedbayes numerics-check)")
+    # a record is written over only where it is one already (under --work, the workflow's folder of them, or
+    # one cut short: a check that is due anyway)
+    ours = json_with("method", damaged_ok=not args.record)
+    for m in dict.fromkeys(m for m, _ in checks):
+        check_own_kind("--record" if args.record else "--work", record_file(args, m), ".json", ours,
+                       "a numerics record (fedbayes numerics-check)")
     records = []
     for m, hp in checks:
         record = record_file(args, m)
