@@ -821,3 +821,25 @@ def test_a_numerics_record_cut_short_in_the_work_folder_is_written_again(tmp_pat
     mine.write_text('{"method": "fed')
     code, err = _main(["numerics-check", "fedavg", "--work", str(tmp_path / "work")], capsys)
     assert code == 0 and json.loads(mine.read_text())["method"] == "fedavg", err
+
+
+@pytest.mark.parametrize("cmd, name, text", [
+    (["table", "table1"], "data.csv", "a,b\n1,2\n"),
+    (["sweep-report", "--experiment", "fmnist10-iid-k10"], "data.csv", "a,b\n1,2\n"),
+    (["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"], "package.json", '{"name": "mine"}\n'),
+], ids=["table", "sweep-report", "select"])
+def test_a_report_elsewhere_never_overwrites_a_users_file_of_another_kind(table_params, tmp_path, capsys, monkeypatch,
+                                                                         cmd, name, text):
+    """Outside the workflow's folders `--out` may name a new file or an earlier one of the command's kind;
+    a CSV or JSON of the user's (data.csv, package.json) was overwritten, exit 0."""
+    target = tmp_path / "elsewhere" / name
+    target.parent.mkdir()
+    target.write_text(text)
+    before = _tree(tmp_path)
+    code, err = _cli([*cmd, "--out", str(target)], capsys, monkeypatch, table_params)
+    assert code == 2 and err.count("\n") == 1 and "exists and is not" in err, err
+    assert _tree(tmp_path) == before
+    code, err = _cli([*cmd, "--out", str(target.with_name("new" + target.suffix))], capsys, monkeypatch, table_params)
+    assert code == 0, err
+    code, err = _cli([*cmd, "--out", str(target.with_name("new" + target.suffix))], capsys, monkeypatch, table_params)
+    assert code == 0, err   # an earlier one of its own kind is written again

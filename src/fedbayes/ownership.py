@@ -99,6 +99,12 @@ def json_with(*keys: str, damaged_ok: bool = False) -> Callable[[str], bool]:
     return ours
 
 
-def starts_with(first_line: str) -> Callable[[str], bool]:
-    """``ours`` for :func:`check_own_kind`: a text whose first line is ``first_line``."""
-    return lambda text: text.split("\n", 1)[0].rstrip() == first_line
+def starts_with(first_line: str | tuple[str, ...], whole_line: bool = True) -> Callable[[str], bool]:
+    """``ours`` for :func:`check_own_kind`: a text whose first line is ``first_line``; a tuple: a CSV header
+    whose first columns are these (with ``whole_line`` False, the line may go on)."""
+    head = ",".join(first_line) if isinstance(first_line, tuple) else first_line
+
+    def ours(text: str) -> bool:
+        line = text.split("\n", 1)[0].rstrip()
+        return line == head or not whole_line and line.startswith(head + ",")
+    return ours
