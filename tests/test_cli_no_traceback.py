@@ -20,7 +20,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedbayes"
 
 # what a garbage value of each kind of argument is; each argument gets them in turn
-GARBAGE = ["", "garbage", "/nonexistent/dir/file", "a" * 5000, "-1", "{dir}"]
+GARBAGE = ["", "garbage", "{dir}/nonexistent/dir/file", "a" * 5000, "-1", "{dir}"]   # (a missing folder inside the scratch one: a command that makes it writes nowhere else)
 # plausible values for the required arguments beside the one made garbage (names params.yaml defines;
 # the files they lead to do not exist in the scratch directory)
 PLAUSIBLE = {"experiment": "fmnist10-iid-k10", "method": "fedavg", "seed": "0", "table": "table1",
@@ -248,3 +248,10 @@ def test_replay_of_a_damaged_run_json_is_one_line(scratch, damage):
     (run_dir / "run.json").write_text(json.dumps(info))
     code, stderr = run(["replay", str(run_dir), "--rounds", "1"])
     assert code == 2 and one_error_line(code, stderr) and "run.json" in stderr, stderr
+
+
+@pytest.mark.parametrize("hparams", ["-1", "0", "1e999", "[1]", '"x"', "null"])
+def test_numerics_check_hparams_that_are_not_an_object_are_one_line(scratch, hparams):
+    """`numerics-check fedavg --hparams -1`: JSON, but not an object of hyperparameters (a TypeError traceback)."""
+    code, stderr = run(["numerics-check", "fedavg", "--hparams", hparams, "--work", str(scratch / "work")])
+    assert code == 2 and one_error_line(code, stderr) and "--hparams" in stderr, stderr

@@ -70,3 +70,32 @@ def test_a_damaged_replay_record_is_named(run):
     (run / "run.json").write_text(json.dumps(info))
     with pytest.raises(DamagedFile, match="replayed.rounds"):
         read_run_info(run)
+
+
+def _cut(run, keep):
+    """The run's history.csv with only the rows of rounds ``keep`` (a history cut short or with rows lost)."""
+    lines = (run / "history.csv").read_text().splitlines(keepends=True)
+    (run / "history.csv").write_text(lines[0] + "".join(lines[1 + r] for r in keep))
+
+
+@pytest.mark.parametrize("keep", [[], [0], [0, 2]], ids=["header-only", "round-0-only", "round-1-lost"])
+def test_a_replay_is_recorded_only_for_the_rounds_its_history_holds(run, monkeypatch, capsys, keep):
+    """`replay --record --rounds 2` of a run whose history.csv lacks some of rounds 0-2 compared only the rows
+    there (none, for a header alone), called them bit-identical and recorded "rounds 2 of 50": refused now in
+    one line naming history.csv, before any replay work, and nothing recorded."""
+    from fedbayes import cli
+    from fedbayes.engine.replay import record_replay
+
+    _identity(monkeypatch)
+    _cut(run, keep)
+    monkeypatch.setattr(cli.replay, "replay_verdict", lambda d, rounds, raw: {   # what comparing nothing gave
+        "verdict": "bit-identical", "line": f"rounds 0-{rounds} bit-identical", "rounds": rounds, "machine": "m"})
+    before = (run / "run.json").read_text()
+    with pytest.raises(SystemExit) as ex:
+        cli.main(["replay", "--record", "--rounds", "2", str(run)])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.count("\n") == 1 and "history.csv" in err, err
+    assert (run / "run.json").read_text() == before
+    with pytest.raises(ValueError, match="history.csv"):
+        record_replay(run, 2)
+    assert (run / "run.json").read_text() == before

@@ -675,3 +675,171 @@ def test_a_notes_code_span_across_a_line_break_is_printed_as_written():
     text = "run `fedbayes train --params <p.yaml>\n--seed 0` then <script>\n\n`open <x\n\nshut` <y>"
     assert md_document(text) == ("run `fedbayes train --params <p.yaml>\n--seed 0` then &lt;script>\n\n`open &lt;x"
                                  "\n\nshut` &lt;y>")
+
+
+def _rehearsal(p: dict) -> dict:
+    p = copy.deepcopy(p)
+    p["scale"] = "rehearsal"
+    return p
+
+
+@pytest.mark.parametrize("cmd, scale", [(["scorecard"], None), (["rehearsal-summary"], _rehearsal)],
+                         ids=["scorecard", "rehearsal-summary"])
+@pytest.mark.parametrize("target", ["runs/fmnist10-iid-k10/fedavg/local_epochs=5/seed0/metrics.md",
+                                    "reports/table1.md", "elsewhere/README.md", "elsewhere/metrics.json"],
+                         ids=["under-runs", "a-tables", "a-readme", "a-run-file"])
+def test_the_scorecard_and_summary_never_overwrite_a_file_they_do_not_own(table_params, tmp_path, capsys, monkeypatch,
+                                                                           cmd, scale, target):
+    """`scorecard --out` and `rehearsal-summary --out` wrote any path they were given (a run's file, a
+    table's Markdown, the project's README) with exit 0: refused in one line before any work now."""
+    p = scale(table_params) if scale else table_params
+    target = tmp_path / target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("# mine\n")
+    before = _tree(tmp_path)
+    code, err = _cli([*cmd, "--out", str(target)], capsys, monkeypatch, p)
+    assert code == 2 and err.count("\n") == 1 and f"--out {target}" in err, err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("out", ["runs/fmnist10-iid-k10", "reports", "."], ids=["runs", "reports", "repo"])
+def test_the_headline_never_writes_or_deletes_under_another_rules_folder(table_params, tmp_path, capsys, monkeypatch,
+                                                                         out):
+    """`headline --out results/runs/<experiment>` emptied the folder's */*.json first: every selection of the
+    experiment (and wrote its JSONs into the runs): refused in one line before any work now."""
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "t1.csv"
+    table.write_text("experiment,method,metric,round,ours_mean\n")
+    before = _tree(tmp_path)
+    code, err = _cli(["headline", str(table), "--out", str(tmp_path / out)], capsys, monkeypatch, table_params)
+    assert code == 2 and err.count("\n") == 1 and "--out" in err, err
+    assert _tree(tmp_path) == before
+
+
+def test_a_headline_elsewhere_deletes_only_its_own_files_and_leaves_the_workflows_curves(
+        table_params, tmp_path, capsys, monkeypatch):
+    """`headline --out <a folder of yours>` deleted every */*.json in it (a project's package.json) and
+    rewrote <reports>/plots in the repository: now it removes only earlier headline JSONs there and writes
+    its curves beside --out."""
+    from fedbayes.reports.headline import plot_files
+
+    table = tmp_path / "t1.csv"
+    code, err = _cli(["table", "table1", "--out", str(table)], capsys, monkeypatch, table_params)
+    assert code == 0, err
+    ours = plot_files(table_params)
+    for f in ours:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("the workflow's curve\n")
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    (home / "project" / "package.json").write_text("{}\n")
+    (home / "fmnist10-iid-k10").mkdir()
+    (home / "fmnist10-iid-k10" / "gone.json").write_text("{}\n")   # an earlier headline's method
+    code, err = _cli(["headline", str(table), "--out", str(home)], capsys, monkeypatch, table_params)
+    assert code == 0, err
+    assert (home / "project" / "package.json").read_text() == "{}\n"
+    assert not (home / "fmnist10-iid-k10" / "gone.json").exists() and (home / "fmnist10-iid-k10" / "fedavg.json").exists()
+    assert all(f.read_text() == "the workflow's curve\n" for f in ours)
+    assert all((home.parent / "plots" / f.name).exists() for f in ours)
+
+
+@pytest.mark.parametrize("text", ["a,b\n1,2,3,4\n5,6\n", "a,b\n1,2\n", "\xff\xfe\x00garbage"], ids=["ragged", "columns", "binary"])
+def test_a_headline_from_a_file_that_is_not_a_table_is_one_line(table_params, tmp_path, capsys, monkeypatch, text):
+    table = tmp_path / "t1.csv"
+    table.write_bytes(text.encode("latin-1"))
+    code, err = _cli(["headline", str(table), "--out", str(tmp_path / "m")], capsys, monkeypatch, table_params)
+    assert code == 2 and err.count("\n") == 1 and str(table) in err and "Traceback" not in err, err
+    assert not (tmp_path / "m").exists()
+
+
+RUN = "runs/fmnist10-iid-k10/fedavg/local_epochs=5/seed0"
+
+
+def _main(args, capsys) -> tuple[int, str]:
+    from fedbayes import cli
+
+    with pytest.raises(SystemExit) as ex:
+        cli.main(args)
+        raise SystemExit(0)
+    return ex.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", [f"{RUN}/metrics.json", "elsewhere/notes.json"], ids=["run-file", "another-json"])
+def test_a_data_status_never_overwrites_a_file_of_another_kind(table_params, tmp_path, capsys, target):
+    """`data --status <a run's metrics.json>` wrote the data record over it (exit 0): refused now, as is
+    any existing file that is not a data status; the workflow's own status files are rewritten as before."""
+    target = tmp_path / target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text('{"mine": 1}\n')
+    before = _tree(tmp_path)
+    code, err = _main(["data", "mnist", "--no-download", "--root", str(tmp_path / "raw"), "--status", str(target)], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"--status {target}" in err, err
+    assert _tree(tmp_path) == before
+    own = tmp_path / "work" / "data" / "mnist.json"
+    own.write_text('{"dataset": "mnist", "available": true}\n')
+    code, err = _main(["data", "mnist", "--no-download", "--root", str(tmp_path / "raw"), "--status", str(own)], capsys)
+    assert code == 0 and json.loads(own.read_text())["available"] is False, err
+
+
+@pytest.mark.parametrize("option, target", [("--record", f"{RUN}/run.json"), ("--record", "elsewhere/notes.json"),
+                                            ("--work", "elsewhere")], ids=["run-file", "another-json", "work"])
+def test_a_numerics_record_never_overwrites_a_file_of_another_kind(tmp_path, capsys, option, target):
+    """`numerics-check fedavg --record <a run's run.json>` wrote its record over the run's (exit 0)."""
+    target = tmp_path / target
+    mine = target / "numerics" / "fedavg.json" if option == "--work" else target
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text('{"mine": 1}\n')
+    before = _tree(tmp_path)
+    code, err = _main(["numerics-check", "fedavg", option, str(target)], capsys)
+    assert code == 2 and err.count("\n") == 1 and str(mine) in err, err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("figure", [f"{RUN}/history.csv", "reports/figures/table1_curves.png",
+                                    "reports/figures/partitions/fmnist10-iid-k10_seed1.png"],
+                         ids=["run-file", "a-tables-figure", "another-seeds"])
+def test_a_partition_figure_never_overwrites_another_rules_file(table_params, tmp_path, capsys, monkeypatch, figure):
+    """`partition --figure <a run's history.csv>` drew the PNG over it (exit 0)."""
+    from fedbayes.cli import data
+
+    monkeypatch.setattr(data, "_params", lambda a: table_params)
+    target = tmp_path / figure
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("another rule's\n")
+    before = _tree(tmp_path)
+    code, err = _main(["partition", "--experiment", "fmnist10-iid-k10", "--seed", "0", "--out",
+                       str(tmp_path / "partitions" / "fmnist10-iid-k10" / "seed0.npz"), "--figure", str(target)], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"--figure {target}" in err, err
+    assert _tree(tmp_path) == before
+
+
+def test_a_numerics_record_cut_short_in_the_work_folder_is_written_again(tmp_path, capsys):
+    """A record of the workflow's folder (--work) that is no JSON at all (cut short) is the check's own, due
+    anyway: written again, not refused (a JSON object of another kind there still is)."""
+    mine = tmp_path / "work" / "numerics" / "fedavg.json"
+    mine.parent.mkdir(parents=True)
+    mine.write_text('{"method": "fed')
+    code, err = _main(["numerics-check", "fedavg", "--work", str(tmp_path / "work")], capsys)
+    assert code == 0 and json.loads(mine.read_text())["method"] == "fedavg", err
+
+
+@pytest.mark.parametrize("cmd, name, text", [
+    (["table", "table1"], "data.csv", "a,b\n1,2\n"),
+    (["sweep-report", "--experiment", "fmnist10-iid-k10"], "data.csv", "a,b\n1,2\n"),
+    (["select", "--experiment", "fmnist10-iid-k10", "--method", "fedavg"], "package.json", '{"name": "mine"}\n'),
+], ids=["table", "sweep-report", "select"])
+def test_a_report_elsewhere_never_overwrites_a_users_file_of_another_kind(table_params, tmp_path, capsys, monkeypatch,
+                                                                         cmd, name, text):
+    """Outside the workflow's folders `--out` may name a new file or an earlier one of the command's kind;
+    a CSV or JSON of the user's (data.csv, package.json) was overwritten, exit 0."""
+    target = tmp_path / "elsewhere" / name
+    target.parent.mkdir()
+    target.write_text(text)
+    before = _tree(tmp_path)
+    code, err = _cli([*cmd, "--out", str(target)], capsys, monkeypatch, table_params)
+    assert code == 2 and err.count("\n") == 1 and "exists and is not" in err, err
+    assert _tree(tmp_path) == before
+    code, err = _cli([*cmd, "--out", str(target.with_name("new" + target.suffix))], capsys, monkeypatch, table_params)
+    assert code == 0, err
+    code, err = _cli([*cmd, "--out", str(target.with_name("new" + target.suffix))], capsys, monkeypatch, table_params)
+    assert code == 0, err   # an earlier one of its own kind is written again

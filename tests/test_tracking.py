@@ -9,7 +9,7 @@ from fedbayes.eval.evaluate import evaluate_run
 
 @pytest.fixture
 def finished_run(tmp_path, synthetic_run_data, cfg_factory):
-    cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123", seed=0)
+    cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123", seed=0, scale="paper")  # tracked with the paper params
     run_federated(cfg, synthetic_run_data, tmp_path / "run", torch.device("cpu"), log=lambda m: None)
     evaluate_run(tmp_path / "run")
     return tmp_path / "run"
@@ -776,3 +776,40 @@ def test_a_changed_verdict_reimports_the_runs_of_its_cell(tmp_path, store, finis
     e = client.get_experiment_by_name(exp).experiment_id
     (run,) = client.search_runs([e], f"tags.run_key = '{KEY}'")
     assert run.data.tags["verdict/test/acc"] == "outside"
+
+
+def test_track_refuses_a_run_of_another_scale(finished_run, repo, tmp_path, monkeypatch, capsys):
+    """A smoke run (3 rounds on a fifth of the data) copied out of results/runs/smoke and tracked with the
+    paper params landed in the paper MLflow experiment under the paper run's key, tagged scale=paper:
+    refused in one line naming its scale, nothing written to the store."""
+    info = json.loads((finished_run / "run.json").read_text())
+    info["config"]["scale"] = "smoke"
+    (finished_run / "run.json").write_text(json.dumps(info))
+    code, err = _track_in_process(repo, tmp_path, monkeypatch, capsys, finished_run)
+    assert code == 2 and err.count("\n") == 1 and "records scale 'smoke'" in err and "--scale smoke" in err, err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_tracking_an_older_training_by_hand_leaves_one_active_run_of_its_key(tmp_path, store, finished_run, monkeypatch):
+    """`fedbayes track --run-dir` (always written anew) of clone a's older training after clone b's newer one
+    left two active FINISHED runs of the key (a's could not delete the newer b's): the store keeps the newer
+    training, as `make mlflow` does, and the command's run id is the one that holds the key."""
+    from mlflow.entities import ViewType
+
+    from fedbayes.tracking import log_run
+
+    p, uri, client = store
+    exp, method, point = "fmnist10-iid-k10", "fedavg", "local_epochs=5"
+    a = _clone(tmp_path / "a", finished_run, exp, method, point, "2026-01-02T00:00:00+00:00", 1.5)
+    b = _clone(tmp_path / "b", finished_run, exp, method, point, "2026-01-03T00:00:00+00:00", 2.0)
+    ids = []
+    for clone in (a, b, a):
+        monkeypatch.chdir(clone)
+        q = json.loads(json.dumps(p))
+        q["paths"]["runs"] = str(clone / "results" / "runs")
+        ids.append(log_run(q, exp, method, point, 0, clone / "results" / "runs" / exp / method / point / "seed0"))
+    e = client.get_experiment_by_name(exp).experiment_id
+    active = client.search_runs([e], f"tags.run_key = '{KEY}'", run_view_type=ViewType.ACTIVE_ONLY)
+    assert len(active) == 1 and active[0].data.tags["trained"].startswith("2026-01-03"), [
+        (r.info.run_id, r.data.tags["trained"]) for r in active]
+    assert ids[2] == ids[1] == active[0].info.run_id

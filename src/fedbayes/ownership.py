@@ -8,6 +8,8 @@ work, in one line naming the file and what is accepted.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 from fedbayes.study import ConfigError, paths
@@ -45,3 +47,64 @@ def check_outputs(p: dict, option: str, files: list[Path], own: list[Path], suff
             if where.is_relative_to(root):
                 raise ConfigError(f"{what}: under paths.{key} ({root}) every file belongs to a workflow rule; "
                                   f"give {own[0]} or a path outside the workflow's folders")
+
+
+def check_output_dir(p: dict, option: str, out: Path, own: Path) -> None:
+    """Refuse a directory ``out`` for a command's outputs unless it is ``own`` (its directory in the workflow)
+    or lies outside the workflow's folders and is not a file: under them every file belongs to one rule."""
+    where = Path(out).resolve()
+    if where == Path(own).resolve():
+        return
+    if where.exists() and not where.is_dir():
+        raise ConfigError(f"{option} {out}: a file; give a directory")
+    for key, root in _trees(p):
+        if where.is_relative_to(root) or root.is_relative_to(where):
+            raise ConfigError(f"{option} {out}: {'under' if where.is_relative_to(root) else 'holds'} paths.{key} "
+                              f"({root}), where every file belongs to a workflow rule; give {own} or a directory "
+                              "outside the workflow's folders")
+
+
+def check_own_kind(option: str, path: str | Path, suffix: str, ours: Callable[[str], bool], what: str) -> None:
+    """Refuse writing the file ``path`` unless it ends with ``suffix``, is not named like a run's file and,
+    where it exists, holds ``what`` the command writes (``ours(text)``): for commands that read no params
+    (so cannot tell the workflow's folders), a file of another kind is never overwritten."""
+    path = Path(path)
+    if path.suffix != suffix:
+        raise ConfigError(f"{option} {path}: the command writes a {suffix} file; give a path ending in {suffix}")
+    where = path.resolve()
+    if where.name in RUN_FILES:
+        raise ConfigError(f"{option} {path}: {where.name} is a run's file, which belongs to a workflow rule (train, "
+                          "evaluate or select); give a path of your own")
+    if where.is_dir():
+        raise ConfigError(f"{option} {path}: a directory; give a file path")
+    if where.exists():
+        try:
+            mine = ours(where.read_text())
+        except (OSError, ValueError):
+            mine = False
+        if not mine:
+            raise ConfigError(f"{option} {path}: exists and is not {what}; it is left as it is: give a new path "
+                              "or one of its own")
+
+
+def json_with(*keys: str, damaged_ok: bool = False) -> Callable[[str], bool]:
+    """``ours`` for :func:`check_own_kind`: a JSON object holding ``keys``; with ``damaged_ok``, also a file
+    that is not JSON at all (a record of ours cut short, in a folder of ours: written again, as before)."""
+    def ours(text: str) -> bool:
+        try:
+            d = json.loads(text)
+        except ValueError:
+            return damaged_ok
+        return isinstance(d, dict) and all(k in d for k in keys)
+    return ours
+
+
+def starts_with(first_line: str | tuple[str, ...], whole_line: bool = True) -> Callable[[str], bool]:
+    """``ours`` for :func:`check_own_kind`: a text whose first line is ``first_line``; a tuple: a CSV header
+    whose first columns are these (with ``whole_line`` False, the line may go on)."""
+    head = ",".join(first_line) if isinstance(first_line, tuple) else first_line
+
+    def ours(text: str) -> bool:
+        line = text.split("\n", 1)[0].rstrip()
+        return line == head or not whole_line and line.startswith(head + ",")
+    return ours

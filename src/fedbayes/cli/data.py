@@ -12,7 +12,9 @@ from fedbayes.data import DataUnavailableError
 from fedbayes.data.root import fetch_dataset
 from fedbayes.engine.partitions import check_partition_target, locked, write_partition
 from fedbayes.fileio import write_text_atomic
-from fedbayes.study import ConfigError
+from fedbayes.ownership import check_outputs, check_own_kind, json_with
+from fedbayes.runpaths import partition_figure
+from fedbayes.study import ConfigError, paths
 
 
 def cmd_data(args) -> None:
@@ -23,6 +25,9 @@ def cmd_data(args) -> None:
     unknown = [n for n in args.names if n not in DATASETS]
     if unknown:
         raise ConfigError(f"unknown dataset {unknown[0][:80]!r}; known: {', '.join(sorted(DATASETS))}")
+    if args.status:   # written over only where it is a data status already (a run's file, a JSON of the user's: never)
+        check_own_kind("--status", args.status, ".json", json_with("dataset", "available"),
+                       "a data status (fedbayes data --status)")
     root = args.root or (f"data/raw-stand-in/{args.stand_in}" if args.stand_in else "data/raw")
     if args.stand_in:
         check_stand_in_root(root, args.names)
@@ -60,6 +65,9 @@ def check_stand_in_root(root: str, names: list[str]) -> None:
 def cmd_partition(args) -> None:
     p = _params(args)
     check_partition_target(p, args.experiment, args.seed, args.out)
+    if args.figure:   # the split's own figure, or one outside the workflow's folders
+        own = partition_figure(paths(p), p.get("scale", "paper"), args.experiment, args.seed)
+        check_outputs(p, "--figure", [Path(args.figure)], [own], ".png")
     with locked(args.out):
         check_partition_target(p, args.experiment, args.seed, args.out)
         write_partition(p, args.experiment, args.seed, args.out, args.figure)

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from fedbayes.engine.goldens import numerics_check
-from fedbayes.engine.replay import record_replay, unrecordable
+from fedbayes.engine.replay import history_gap, record_replay, unrecordable
 from fedbayes.engine.replay_verdict import replay_verdict
 from fedbayes.fileio import write_text_atomic
 from fedbayes.methods.failure import format_traceback, method_failure
+from fedbayes.ownership import check_own_kind, json_with
 from fedbayes.provenance import code_identity
 from fedbayes.study import METHOD_SPECS, ConfigError
 
@@ -44,6 +45,8 @@ def cmd_replay(args) -> None:
                               f"(known: {', '.join(sorted(METHOD_SPECS))})")
         if args.rounds > of:
             raise ConfigError(f"--rounds {args.rounds}: {d} has {of} rounds")
+        if problem := history_gap(d, args.rounds):   # a replay compares the rows there: all of them, or nothing
+            raise ConfigError(problem)
     if args.rows_out:   # the replayed rows only (engine.replay_verdict.perturbed_rows' child)
         from fedbayes.engine.replay import replay_rows
 
@@ -66,6 +69,11 @@ def cmd_replay(args) -> None:
               "that alters numbers bumps its numerics version (the method spec's numerics, or fedbayes/study/rerun.py "
               "CORE_NUMERICS)", file=sys.stderr)
         sys.exit(1)
+
+
+def record_file(args, method: str) -> Path:
+    """Where ``numerics-check`` records ``method``'s check: ``--record``, else ``<work>/numerics/<method>.json``."""
+    return Path(args.record) if args.record else Path(args.work) / "numerics" / f"{method}.json"
 
 
 def cmd_numerics_check(args) -> None:
@@ -95,13 +103,22 @@ def cmd_numerics_check(args) -> None:
     checks = []   # (method, hyperparameters of one code path or None): every --hparams is the first method's
     for h in args.hparams or ():
         try:
-            checks.append((methods[0], json.loads(h)))
+            hp = json.loads(h)
         except ValueError:
-            raise ConfigError(f"--hparams is not a JSON object: {h[:80]!r}") from None
+            hp = None
+        if not isinstance(hp, dict):   # JSON, but not hyperparameters by name (-1, [1], "x")
+            raise ConfigError(f"--hparams is not a JSON object of hyperparameters: {h[:80]!r}")
+        checks.append((methods[0], hp))
     checks = ((checks or [(methods[0], None)]) + [(m, None) for m in methods[1:]] if methods else []) + paths
+    # a record is written over only where it is one already (under --work, the workflow's folder of them, or
+    # one cut short: a check that is due anyway)
+    ours = json_with("method", damaged_ok=not args.record)
+    for m in dict.fromkeys(m for m, _ in checks):
+        check_own_kind("--record" if args.record else "--work", record_file(args, m), ".json", ours,
+                       "a numerics record (fedbayes numerics-check)")
     records = []
     for m, hp in checks:
-        record = Path(args.record) if args.record else Path(args.work) / "numerics" / f"{m}.json"
+        record = record_file(args, m)
         if args.due_only and not check_due(m, record, hp):
             continue
         try:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from fedbayes.cli.common import _params
 from fedbayes.fileio import write_text_atomic
-from fedbayes.ownership import check_outputs
+from fedbayes.ownership import check_output_dir, check_outputs, check_own_kind, json_with, starts_with
 from fedbayes.reports.headline import write_headline
-from fedbayes.reports.rehearsal import build_summary
+from fedbayes.reports.rehearsal import TITLE as REHEARSAL_TITLE, build_summary
 from fedbayes.reports.toys import TOYS, toy_csv, toy_files
 from fedbayes.runpaths import selected_file
 from fedbayes.study import ConfigError, experiment_config, paths, stand_in_size
@@ -25,6 +25,7 @@ def cmd_table(args) -> None:
         raise ConfigError(f"table {args.table!r}: not a table of params.yaml `tables` {sorted(p['tables'])}")
     files = built_files(p, args.table, args.out)
     check_outputs(p, "--out", files, built_files(p, args.table, table_csv(p, args.table)), ".csv")
+    check_elsewhere(args.out, table_csv(p, args.table), ".csv", starts_with(TABLE_HEAD, whole_line=False), "a table's CSV")
     md = Path(args.out).with_suffix(".md")
     if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a table's
         raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a table's; "
@@ -35,8 +36,13 @@ def cmd_table(args) -> None:
 
 def cmd_headline(args) -> None:
     p = _params(args)
+    own = Path(paths(p)["reports"]) / "metrics"
+    check_output_dir(p, "--out", Path(args.out), own)
+    plots = None if Path(args.out).resolve() == own.resolve() else Path(args.out).parent / "plots"   # beside --out
+    if plots is not None:
+        check_output_dir(p, "--out", plots, own.parent / "plots")   # (its curves, beside it)
     absent = []
-    files = write_headline(p, args.table_csv, args.out, absent)
+    files = write_headline(p, args.table_csv, args.out, absent, plots)
     plots = [f for f in files if f.suffix == ".csv"]
     print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
           f"{args.out}/ for `dvc metrics show`, {len(plots)} curve files for `dvc plots show`", flush=True)
@@ -47,8 +53,9 @@ def cmd_headline(args) -> None:
 
 def cmd_scorecard(args) -> None:
     p = _params(args)
-    from fedbayes.reports.scorecard import build_scorecard, terminal_line  # (lazy: pandas)
+    from fedbayes.reports.scorecard import TITLE, build_scorecard, terminal_line  # (lazy: pandas)
 
+    check_report(p, args.out, "README.md", TITLE, "a scorecard")
     print(f"wrote {args.out}: {terminal_line(build_scorecard(p, args.out))}")
 
 
@@ -56,12 +63,33 @@ def cmd_rehearsal_summary(args) -> None:
     p = _params(args)
     if not stand_in_size(p):
         raise ConfigError(f"scale {p['scale']}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
+    check_report(p, args.out, "summary.md", REHEARSAL_TITLE, "a rehearsal summary")
     rows = build_summary(p, args.out)
     bad = [f"{r['experiment']}/{r['method']}" for r in rows if not r["ok"]]
     print(f"wrote {args.out}: {len({r['experiment'] for r in rows})} experiments, {len(rows) - len(bad)} of "
           f"{len(rows)} experiment × method pairs ran on stand-in data" + (f"; not: {', '.join(bad)}" if bad else ""))
     if bad:
         sys.exit(1)
+
+
+# the first columns of a table's CSV (and, the first three, of a sweep report's): an earlier one is written again
+TABLE_HEAD = ("experiment", "method", "point", "round", "metric")
+
+
+def check_elsewhere(out: str, own: str | Path, suffix: str, ours, what: str) -> None:
+    """Outside its own file, ``--out`` may name a new file or an earlier one of ``what`` (``ours(text)``),
+    never a file of the user's of another kind."""
+    if Path(out).resolve() != Path(own).resolve():
+        check_own_kind("--out", out, suffix, ours, what)
+
+
+def check_report(p: dict, out: str, name: str, first_line: str, what: str) -> None:
+    """A Markdown report's ``--out``: its own file (``<reports>/<name>``) or one outside the workflow's folders
+    that is new or an earlier one of these reports (``first_line``), never another file (the project's
+    README, a table's .md, a run's file)."""
+    own = Path(paths(p)["reports"]) / name
+    check_outputs(p, "--out", [Path(out)], [own], ".md")
+    check_elsewhere(out, own, ".md", starts_with(first_line), what)
 
 
 def cmd_toy(args) -> None:
@@ -87,6 +115,7 @@ def cmd_select(args) -> None:
     own = selected_file(paths(p), args.experiment, args.method)
     if args.out:
         check_outputs(p, "--out", [Path(args.out)], [own], ".json")
+        check_elsewhere(args.out, own, ".json", json_with("experiment", "method", "point"), "a selection")
     sel = write_selection(p, args.experiment, args.method, args.out)
     if "from" in sel["criterion"]:
         print(f"{args.experiment}/{args.method}: {sel['point']} (selected on {sel['criterion']['from']})")
@@ -100,6 +129,8 @@ def cmd_sweep_report(args) -> None:
     from fedbayes.reports.selection import sweep_frame  # (lazy: pandas)
 
     check_outputs(p, "--out", [Path(args.out)], sweep_report_files(p, args.experiment), ".csv")
+    if not any(Path(args.out).resolve() == Path(f).resolve() for f in sweep_report_files(p, args.experiment)):
+        check_own_kind("--out", args.out, ".csv", starts_with(TABLE_HEAD[:3], whole_line=False), "a sweep report")
     df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))

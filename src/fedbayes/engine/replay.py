@@ -37,6 +37,24 @@ def read_history(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def history_gap(run_dir: str | Path, rounds: int) -> str | None:
+    """None where the run's history.csv holds rounds 0..``rounds`` as its first rows, in order (what a replay
+    of ``rounds`` rounds compares, row by row); else one line naming the file and the rounds it lacks: a
+    replay would compare fewer rounds than it claims (none, for a header alone)."""
+    path = Path(run_dir) / "history.csv"
+    try:
+        got = [r.get("round") for r in read_history(path)[:rounds + 1]]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        return f"{path}: cannot be read ({type(e).__name__}: {e})"
+    want = [str(r) for r in range(rounds + 1)]
+    if got != want:
+        lacks = [r for r in want if r not in got]
+        return (f"{path} holds rounds {', '.join(map(str, got)) or 'none'} where a replay of {rounds} rounds compares "
+                f"rounds 0-{rounds}" + (f" (it lacks {', '.join(lacks)})" if lacks else "") +
+                ": the run is damaged; retrain it (Snakemake reruns it), a replay would compare fewer rounds")
+    return None
+
+
 def _same(a: str, b) -> bool:
     """A committed value (its CSV text) against a replayed one: equal as written (``repr`` of a
     float round-trips, so equal text is equal bits); both empty or both NaN also agree."""
@@ -64,6 +82,8 @@ def replay_rows(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw",
     run_dir = Path(run_dir)
     info = json.loads((run_dir / "run.json").read_text())
     cfg = dict(info["config"])
+    if gap := history_gap(run_dir, rounds):   # fewer rows than rounds: the comparison would cover less
+        return gap
     committed = read_history(run_dir / "history.csv")
     stand_in = recorded_stand_in(cfg)
     root = open_data_root(raw_root(raw, stand_in), stand_in)
@@ -120,6 +140,8 @@ def record_replay(run_dir: str | Path, rounds: int, verdict: dict | None = None)
         raise RuntimeError(why)
     if rounds < 1 or (verdict is not None and verdict["verdict"] == "differs"):
         raise ValueError(f"a replay is recorded only when it compared at least one round and agreed (rounds {rounds})")
+    if gap := history_gap(run_dir, rounds):   # the rounds recorded are the rounds compared
+        raise ValueError(gap)
     path = Path(run_dir) / "run.json"
     info = json.loads(path.read_text())
     identical = verdict is None or verdict["verdict"] == "bit-identical"

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedbayes.study import split_variant
+from fedbayes.study import ConfigError, split_variant
 from fedbayes.study import comparable_experiments, experiment_config, paths, seeds
 from fedbayes.fileio import write_text_atomic
 from fedbayes.eval.registry import PERCENT
@@ -44,10 +44,11 @@ def slug(metric: str) -> str:
     return metric.replace("/", "_")
 
 
-def plot_files(p: dict) -> list[Path]:
-    """The curve CSVs ``write_headline`` writes (every experiment of the table of ours, ran or not)."""
+def plot_files(p: dict, root: str | Path | None = None) -> list[Path]:
+    """The curve CSVs ``write_headline`` writes (every experiment of the table of ours, ran or not), in
+    ``root`` (default: ``<reports>/plots``)."""
     h = p["headline"]
-    root, stem = Path(paths(p)["reports"]) / "plots", h["table"].replace("/", "_")
+    root, stem = Path(root or Path(paths(p)["reports"]) / "plots"), h["table"].replace("/", "_")
     return [root / f"{stem}_{e}_{slug(m)}.csv" for e in comparable_experiments(p["tables"][h["table"]])
             for m in h["curves"]]
 
@@ -119,19 +120,41 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
     return pd.concat(long, ignore_index=True).astype({"round": int})
 
 
-def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list[str] | None = None) -> list[Path]:
-    """Write the metrics JSONs under ``out`` (a directory, emptied of earlier JSONs first) and the curve
-    CSVs; returns the files written (``absent``: as in ``curves``)."""
+TABLE_COLUMNS = ("experiment", "method", "metric", "round", "ours_mean", "published_mean")
+
+
+def read_table(table_csv: str | Path) -> pd.DataFrame:
+    """A table's CSV (``fedbayes table``) with the columns the headline reads; ConfigError in one line
+    naming the file otherwise."""
     import pandas as pd
 
-    table = pd.read_csv(table_csv)
+    try:
+        table = pd.read_csv(table_csv)
+    except (OSError, ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ConfigError(f"{table_csv}: not a table's CSV (fedbayes table): "
+                          f"{(str(e).strip().splitlines() or [type(e).__name__])[0][:160]}") from None
+    if missing := [c for c in TABLE_COLUMNS if c not in table.columns]:
+        raise ConfigError(f"{table_csv}: not a table's CSV (fedbayes table): no column {', '.join(missing)}")
+    return table
+
+
+def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list[str] | None = None,
+                   plots: str | Path | None = None) -> list[Path]:
+    """Write the metrics JSONs under ``out`` (a directory) and the curve CSVs into ``plots``; returns the
+    files written (``absent``: as in ``curves``). Earlier JSONs are removed first: with ``plots`` None, ``out``
+    is the workflow's own directory (``<reports>/metrics``, the curves in ``<reports>/plots``), and every
+    ``*/*.json`` in it goes (an experiment or method no longer in the table); elsewhere, a folder of the
+    user's, only those in the table's experiments' folders (nothing the headline did not write)."""
+    table = read_table(table_csv)
     out = Path(out)
-    for old in out.glob("*/*.json") if out.is_dir() else []:
+    olds = [*out.glob("*/*.json")] if plots is None and out.is_dir() else [
+        f for e in comparable_experiments(p["tables"][p["headline"]["table"]]) for f in (out / e).glob("*.json")]
+    for old in olds:
         old.unlink()
     written = []
     for (exp, method), vals in headline_metrics(p, table).items():
         written.append(write_text_atomic(out / exp / f"{method}.json", json.dumps(vals, indent=1) + "\n"))
-    for f in plot_files(p):
+    for f in plot_files(p, plots):
         exp, metric = next((e, m) for e in comparable_experiments(p["tables"][p["headline"]["table"]])
                            for m in p["headline"]["curves"] if f.name.endswith(f"_{e}_{slug(m)}.csv"))
         write_text_atomic(f, curves(p, exp, metric, absent).to_csv(index=False, float_format="%.6g"))

@@ -63,12 +63,15 @@ def pair_summary(p: dict, exp: str, method: str) -> dict:
             "problems": problems}
 
 
+TITLE = "# Rehearsal: every experiment of the five papers on stand-in data"
+
+
 def build_summary(p: dict, out: str | Path) -> list[dict]:
     """Write the rehearsal summary (markdown) to ``out`` and return its rows."""
     rows = [pair_summary(p, exp, m) for exp in p["experiments"] for m in experiment_config(p, exp)["methods"]]
     bad = [r for r in rows if not r["ok"]]
     exps = list(p["experiments"])
-    L = ["# Rehearsal: every experiment of the five papers on stand-in data", "",
+    L = [TITLE, "",
          f"Scale `{p['scale']}`: the smoke DAG (params.smoke.yaml `smoke:` then `rehearsal:`) on generated "
          f"stand-in files in each dataset's real format (size `{stand_in_size(p)}`, fedbayes.data.standin), read "
          "by the real fetch → verify → load code. **Nothing here is a result**: it shows that each experiment "

@@ -110,6 +110,9 @@ def _tol(spec: dict) -> str:
     return ", ".join(f"{k} ±{v}" for k, v in (spec.get("tolerance") or {}).items()) or "none"
 
 
+TITLE = "# Reproduction scorecard"
+
+
 def build_scorecard(p: dict, out: str | Path) -> dict:
     """Write the scorecard to ``out`` and return its counts ({table: {verdict: n}} plus "distinct")."""
     if stand_in_size(p):
@@ -171,7 +174,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         # the cause's number and the head of its title (before a colon): the full title is listed above
         return "; ".join(f"{number[i]}. {cause_title(i).split(':')[0]} ({k})" for i, k in sorted(g.items(), key=lambda x: number[x[0]]))
 
-    L = ["# Reproduction scorecard", "",
+    L = [TITLE, "",
          f"Which published numbers come back here, which do not, and why. Built by "
          f"`snakemake --cores all {reports}/README.md` from the table CSVs (scale: {p['scale']}); do not edit "
          "by hand. A **cell** is one number a paper publishes: (table, experiment, method, round or target, "

@@ -71,6 +71,10 @@ def check_run_identity(p: dict, experiment: str, method: str, point: str, seed: 
         raise ConfigError(f"{Path(folder) / 'run.json'} records data {data!r} (scale {cfg.get('scale', '?')!r}), but "
                           f"these params (scale {p.get('scale', 'paper')!r}) track runs on {want!r} data: track it "
                           "with the params it ran with (--scale rehearsal for a stand-in run)")
+    scale = p.get("scale", "paper")   # a run.json from before runs recorded their scale: taken at its word
+    if cfg.get("scale", scale) != scale:   # another scale's run would land under this scale's key and tag
+        raise ConfigError(f"{Path(folder) / 'run.json'} records scale {cfg['scale']!r}, but these params track "
+                          f"scale {scale!r} runs: track it with the params it ran with (--scale {cfg['scale']})")
     own, runs = run_dir(paths(p), experiment, method, point, seed), Path(paths(p)["runs"]).resolve()
     if Path(folder).resolve().is_relative_to(runs) and Path(folder).resolve() != own.resolve():
         raise ConfigError(f"{folder} is not the run directory of {experiment}/{method}/{point}/seed{seed} ({own}); "

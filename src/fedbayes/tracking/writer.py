@@ -134,8 +134,9 @@ def write_run(p, client, exp_id, experiment, method, point, seed, run_dir, info,
 def replace(client, exp_id: str, key: str, name: str, tags: dict, start: int, end: int, write) -> str:
     """Write a new run of ``key`` (``write(run_id)``), mark it FINISHED, then delete the runs of ``key``
     older than it (``order``): the previous import and leftovers of crashed ones, never a newer import.
-    Until FINISHED the previous import stays. Returns the run that holds the import: this one, or the
-    newer one of the same content that replaced it meanwhile."""
+    Until FINISHED the previous import stays. Where a newer FINISHED import of ``key`` is there already (another
+    clone's later training, a later import), this run is deleted instead: one active run per key. Returns the
+    run that holds the key: this one, or that newer one."""
     from mlflow.entities import RunTag
 
     run = with_retry(lambda: client.create_run(exp_id, start_time=start, run_name=name,
@@ -159,13 +160,20 @@ def replace(client, exp_id: str, key: str, name: str, tags: dict, start: int, en
         except Exception:
             pass
         raise
-    for old in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'")):
-        if old.info.run_id != rid and order(old.data.tags) < order(tags):
-            try:
-                with_retry(lambda: client.delete_run(old.info.run_id))
-            except Exception:
-                if _active(client, old.info.run_id):   # not already deleted by another importer
-                    raise
+    others = [r for r in with_retry(lambda: client.search_runs([exp_id], f"tags.run_key = '{key}'"))
+              if r.info.run_id != rid]
+    newer = [r for r in others if r.info.status == "FINISHED" and order(r.data.tags) > order(tags)]
+    if newer:   # another clone's later training (or a later import) holds the key: it stays, this one goes
+        stale = [rid]
+        rid = max(newer, key=lambda r: order(r.data.tags)).info.run_id
+    else:
+        stale = [r.info.run_id for r in others if order(r.data.tags) < order(tags)]
+    for old in stale:
+        try:
+            with_retry(lambda: client.delete_run(old))
+        except Exception:
+            if _active(client, old):   # not already deleted by another importer
+                raise
     return rid
 
 
