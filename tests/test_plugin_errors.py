@@ -119,27 +119,36 @@ def boom_params(tmp_path: Path, fail_round: int) -> Path:
     return synthetic_params(tmp_path, {"fedboom": {"fail_round": fail_round}})
 
 
+def boom_train(tmp_path, fail_round: int):
+    """The failing plug-in installed, its params (raising in ``fail_round``), and the `fedbayes train`
+    command of its one run: (env, params, run folder, partition, argv)."""
+    from fedbayes.study import paths
+
+    env = boom_env(tmp_path)
+    params = boom_params(tmp_path, fail_round=fail_round)
+    p = yaml.safe_load(params.read_text())
+    run = Path(paths(p)["runs"]) / "synth" / "fedboom" / "default" / "seed0"
+    part = Path(paths(p)["partitions"]) / "synth" / "seed0.npz"
+    argv = [sys.executable, "-m", "fedbayes.cli", "train", "--params", str(params), "--experiment", "synth",
+            "--method", "fedboom", "--seed", "0", "--partition", str(part), "--out", str(run), "--threads", "1"]
+    return env, p, run, part, argv
+
+
 def test_an_exception_in_a_plugins_client_update_is_one_line_and_leaves_nothing_behind(tmp_path):
     """A plug-in whose client update raises in round 2: the job printed a full traceback and left the
     round-1 checkpoint and kept predictions behind (a rerun resumed onto them and failed again). Now its
     output is one line naming the method, the file and line of the plug-in that raised and the exception;
     the traceback is in the job's log file only; the run's partial files are gone; and the lock files the
     run took (the trainer's, the partition's) are taken again by the next run, which finishes."""
-    from fedbayes.study import paths
-
-    env = boom_env(tmp_path)
-    params = boom_params(tmp_path, fail_round=2)
-    p = yaml.safe_load(params.read_text())
-    run = Path(paths(p)["runs"]) / "synth" / "fedboom" / "default" / "seed0"
-    part = Path(paths(p)["partitions"]) / "synth" / "seed0.npz"
-    argv = [sys.executable, "-m", "fedbayes.cli", "train", "--params", str(params), "--experiment", "synth",
-            "--method", "fedboom", "--seed", "0", "--partition", str(part), "--out", str(run), "--threads", "1"]
+    env, p, run, part, argv = boom_train(tmp_path, fail_round=2)
     r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     err = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(err) == 1 and "Traceback" not in r.stderr, r.stderr
     assert err[0].startswith("fedbayes train: error: method 'fedboom' raised RuntimeError: boom in round 2 at "), err
     assert boom_line() in err[0], err
+    from fedbayes.study import paths
+
     log = Path(paths(p)["work"]) / "logs/train/synth/fedboom/default/seed0.traceback"
     assert f"traceback in {log}" in err[0], err
     assert "Traceback" in log.read_text() and "boom in round 2" in log.read_text()
@@ -161,15 +170,7 @@ def test_a_failed_retraining_leaves_no_earlier_trainings_predictions(tmp_path):
     history.csv) whose plug-in now raises: the earlier training's predictions.npz and posterior.pt,
     which no run file records any longer, went with the failed run's partial files (they stayed: a
     folder of predictions of a configuration nothing names)."""
-    from fedbayes.study import paths
-
-    env = boom_env(tmp_path)
-    params = boom_params(tmp_path, fail_round=9)
-    p = yaml.safe_load(params.read_text())
-    run = Path(paths(p)["runs"]) / "synth" / "fedboom" / "default" / "seed0"
-    part = Path(paths(p)["partitions"]) / "synth" / "seed0.npz"
-    argv = [sys.executable, "-m", "fedbayes.cli", "train", "--params", str(params), "--experiment", "synth",
-            "--method", "fedboom", "--seed", "0", "--partition", str(part), "--out", str(run), "--threads", "1"]
+    env, p, run, part, argv = boom_train(tmp_path, fail_round=9)
     r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert {"predictions.npz", "posterior.pt"} <= {f.name for f in run.iterdir()}
