@@ -2,6 +2,7 @@
 code) instead of validating it again; anything else is validated as before."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -82,3 +83,13 @@ def test_the_code_key_covers_fedbayes_own_files(monkeypatch, tmp_path):
     before = stamp.code_key(None)
     (pkg / "study/x.py").write_text("A = 2\n")
     assert stamp.code_key(None) != before
+
+
+def test_a_problem_names_the_file_given(effective):
+    """Validation's lines began "params.yaml is invalid" whatever file --params named."""
+    params = json.loads(effective.read_text())
+    params["methods"]["fedavg"]["lr"] = -1.0
+    other = effective.with_name("mine.yaml")
+    other.write_text(json.dumps(params, indent=1))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(other))} (is invalid|does not match)"):
+        load_params(other)

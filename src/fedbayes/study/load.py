@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fedbayes.frontdoor import ConfigError
 from fedbayes.study.layers import with_smoke_overlay
 from fedbayes.study.legacy import upgrade_layout
 from fedbayes.study.reading import load_params_text
@@ -20,7 +21,13 @@ def load_params(path: str | Path = "params.yaml", scale: str | None = None, trus
     path = Path(path)
     params = as_read(load_params_text(path), path)
     if not (trust_stamp and stamp_path(path).exists() and stamped(path, schema_file(path))):
-        validate(params, _schema_for(path))
+        try:
+            validate(params, _schema_for(path))
+        except ConfigError as e:   # the checks name the file as params.yaml: the one given, where it is another
+            text = str(e)
+            if path.name != "params.yaml" and text.startswith("params.yaml "):
+                raise ConfigError(f"{path}{text[len('params.yaml'):]}") from None
+            raise
     if scale is not None:
         params["scale"] = scale
     return params
