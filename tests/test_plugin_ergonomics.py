@@ -27,9 +27,10 @@ def test_a_rerun_reason_shows_the_old_and_the_new_value():
 
 
 def test_the_dag_names_old_and_new_values_in_its_rerun_reason(repo):
-    """The train rule's marker text (workflow/rules/train.smk: staleness.run_changes) is config_changes with
-    the values."""
-    assert "staleness.run_changes(" in (repo / "workflow/rules/train.smk").read_text()
+    """The train rule's marker text (workflow/rules/train.smk's changed_config: fedbayes.workflow.inputs,
+    staleness.run_changes) is config_changes with the values."""
+    assert "changed=changed_config" in (repo / "workflow/rules/train.smk").read_text()
+    assert "staleness.run_changes(" in (repo / "src/fedbayes/workflow/inputs.py").read_text()
     assert "config_changes(info[\"config\"], cfg, values=True)" in (repo / "src/fedbayes/workflow/staleness.py").read_text()
 
 
