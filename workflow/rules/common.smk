@@ -1,6 +1,5 @@
 # Shared by the rules: resolved configuration, paths, the code each rule runs, the rerun markers. The
 # planning itself is fedbayes.workflow (importable, unit-tested); here are the rules' one-line callers.
-import functools
 import json
 import re
 import shlex
@@ -14,7 +13,7 @@ from fedbayes.study import (experiment_config, overlay_replacements, partition_c
                              selection, selection_seeds, stand_in_size, swept_points, sweep_points, table_figures)
 from fedbayes.reports.headline import plot_files as headline_plot_files
 from fedbayes.reports.toys import TOYS
-from fedbayes.workflow import codes, inputs, numerics, plan, staleness
+from fedbayes.workflow import codes, inputs, plan, staleness
 from fedbayes.tracking import imported_runs, marker_problems, tracking_uri
 
 SCALE = config["scale"]
@@ -76,12 +75,10 @@ def experiment_available(name):
 
 
 # The output layout is fedbayes.runpaths' (the CLI and the reports read the same); a name may be a wildcard.
-def run_dir(experiment, method, point, seed):
-    return str(runpaths.run_dir(PATHS, experiment, method, point, seed))
-
-
-def selected_file(experiment, method):
-    return str(runpaths.selected_file(PATHS, experiment, method))
+# The input functions that hold state or decide between cases (rerun markers, the numerics gate, stale
+# runs and metrics, the runs a table reads): fedbayes.workflow.inputs, unit-tested; here they are named.
+INPUTS = inputs.Inputs(config, PATHS, workflow, checkpoints, PLANNING)
+run_dir, selected_file = INPUTS.run_dir, INPUTS.selected_file
 
 
 def partition_file(experiment, seed):
@@ -94,9 +91,6 @@ def partition_figure_of(experiment, seed):
 
 RUN = run_dir("{experiment}", "{method}", "{point}", "{seed}")  # one training run
 
-# The input functions that hold state or decide between cases (rerun markers, the numerics gate, stale
-# runs and metrics, the runs a table reads): fedbayes.workflow.inputs, unit-tested; here they are named.
-INPUTS = inputs.Inputs(config, PATHS, workflow, checkpoints, PLANNING)
 marker_input, forced, missing_outputs, gate_input = INPUTS.marker_input, INPUTS.forced, INPUTS.missing_outputs, INPUTS.gate_input
 selected_point, selected_runs, missing_marker = INPUTS.selected_point, INPUTS.selected_runs, INPUTS.missing_marker
 changed_config, stale_metrics, run_cfg = INPUTS.changed_config, INPUTS.stale_metrics, INPUTS.run_cfg
