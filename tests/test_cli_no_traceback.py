@@ -137,8 +137,11 @@ ENV_CASES = {
     "MALLOC_MMAP_THRESHOLD_": ("garbage", ["methods"], 0),
     "MALLOC_TRIM_THRESHOLD_": ("garbage", ["methods"], 0),
     "GLIBC_TUNABLES": ("garbage", ["methods"], 0),
+    "FEDBAYES_WARM": ("not a socket; rm -rf /", ["methods"], 0),   # a command that reaches no server runs itself
 }
-NOT_OURS = {"PATH"}   # extended (the kernel build's ninja), never parsed
+# PATH: extended (the kernel build's ninja), never parsed; PYTHONIOENCODING, PYTHONUNBUFFERED: read as Python
+# reads them, to give a warm job's child (fedbayes.warm) the standard streams a fresh process would have
+NOT_OURS = {"PATH", "PYTHONIOENCODING", "PYTHONUNBUFFERED"}
 
 
 def test_every_environment_variable_read_is_enumerated():

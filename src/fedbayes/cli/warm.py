@@ -1,0 +1,371 @@
+"""Warm jobs: a server that has the heavy libraries imported forks a process for each ``fedbayes`` command.
+
+A Snakemake build runs hundreds of short ``fedbayes`` jobs (a rehearsal: about 600); each fresh process
+spends about 2.5 CPU-seconds importing PyTorch, NumPy and SciPy before its own work, more than many jobs
+then do. While a workflow runs (``start`` from the Snakefile's ``onstart``, ``stop`` at its end), a
+server process holds those libraries imported and listens on a Unix socket named by ``FEDBAYES_WARM``;
+the ``fedbayes`` command (``fedbayes.cli.main``) sends it its arguments, working directory, environment,
+umask and standard streams, and the server forks a child that runs the command exactly as the process
+would have (``fedbayes.cli.app.main``), then reports its exit status, which the command exits with.
+
+What makes the child the same as a fresh process:
+
+* **Only third-party libraries are preloaded** (``PRELOAD``), never fedbayes' own modules (beyond the
+  package's ``__init__``, which sets the numerics environment before the libraries load, as in every
+  process): the workflow's code, params.yaml, schemas and plug-ins are read from disk by the child. No
+  library function is called in the server, so no random generator, thread pool or cached file is used
+  before the fork (PyTorch's generator keeps its default seed; a run seeds its own anyway).
+* **The environment that libraries read at import** (``env_key``: thread counts, instruction-set caps,
+  ``PYTHON*``, ``LD_*``, the interpreter) must equal the server's, else the command runs itself.
+* **The preloaded files must be unchanged** (size and modification time of every loaded module's file,
+  checked at each fork): after a ``pip install`` in the middle of a build, the server refuses and ends,
+  and the commands run themselves.
+* The child takes the command's streams as its file descriptors 0-2 (a job's ``log:`` redirection
+  included), its directory, environment and umask, and rebuilds ``sys.stdout``/``sys.stderr`` as Python
+  would for those descriptors.
+
+A command that cannot reach a server (none started, another machine of a cluster, a socket left by a
+killed build) runs itself, so the server is an optimisation only: nothing depends on it.
+Signals: the command forwards SIGINT, SIGTERM and SIGHUP to its child; if the command dies without
+forwarding (SIGKILL), the child sees its connection close and kills itself the same way. The child's
+status comes back as the command's: an exit code, or death by the same signal.
+tests/test_warm.py compares a run trained through the server with one trained in a fresh process byte for
+byte and checks each rule above.
+
+Start by hand: ``python -m fedbayes.cli.warm serve SOCKET`` and ``export FEDBAYES_WARM=SOCKET``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+WARM_ENV = "FEDBAYES_WARM"
+# what a fedbayes job imports from outside the package (python -X importtime on train/evaluate/select)
+PRELOAD = ("numpy", "torch", "scipy.special", "jsonschema", "yaml", "tqdm")
+# environment variables a preloaded library (or the interpreter) reads when it loads
+KEY_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH", "PYTORCH_",
+                "CUDA_", "CUBLAS_", "NVIDIA_", "NPY_", "NUMPY_", "PYTHON", "LD_", "MALLOC_")
+IDLE_S = 600.0             # a server nobody spoke to for this long ends (a build killed without its `stop`)
+_LEN = struct.Struct("!I")
+
+
+def env_key(environ) -> str:
+    """The fingerprint of what a process's libraries read at import: interpreter and the variables above."""
+    picked = {k: v for k, v in environ.items() if k.startswith(KEY_PREFIXES)}
+    interpreter = [os.path.realpath(sys.executable), sys.prefix, sys.version]
+    return hashlib.sha256(json.dumps([interpreter, sorted(picked.items())]).encode()).hexdigest()[:16]
+
+
+def socket_path(workdir: str | os.PathLike) -> str:
+    """A socket for the workflow in ``workdir``: short (a Unix socket's path has ≤ 107 bytes), per user."""
+    h = hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
+    return os.path.join("/tmp", f"fedbayes-warm-{os.getuid()}-{h}-{os.getpid()}.sock")
+
+
+# -- the command's side -------------------------------------------------------------------------------
+
+def delegate(argv: list[str]) -> int | None:
+    """Run ``fedbayes argv`` in a warm server's child; its exit code, or None where no server took it (the
+    caller then runs the command itself). Death of the child by a signal is repeated here."""
+    path = os.environ.get(WARM_ENV)
+    if not path or path == "0":
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        umask = os.umask(0)
+        os.umask(umask)
+        msg = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
+                          "key": env_key(os.environ)}).encode()
+        socket.send_fds(s, [_LEN.pack(len(msg)) + msg], [0, 1, 2])
+        reply = _readline(s)
+    except OSError:
+        s.close()
+        return None
+    if not reply.startswith("ok "):     # refused: another environment, or changed library files
+        s.close()
+        return None
+    child = int(reply.split()[1])
+
+    def forward(signum, _frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            status = _readline(s)
+            break
+        except InterruptedError:
+            continue
+    s.close()
+    kind, _, value = status.partition(" ")
+    if kind == "signal":
+        signal.signal(int(value), signal.SIG_DFL)
+        os.kill(os.getpid(), int(value))
+    return int(value) if kind == "exit" else 1
+
+
+def _readline(s: socket.socket) -> str:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(64)
+        if not chunk:
+            raise ConnectionResetError("warm server closed the connection")
+        buf += chunk
+    return buf.decode().strip()
+
+
+# -- the server's side --------------------------------------------------------------------------------
+
+def _module_files() -> dict[str, tuple[int, int]]:
+    out = {}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f:
+            try:
+                st = os.stat(f)
+            except OSError:
+                continue
+            out[f] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _changed(files: dict[str, tuple[int, int]]) -> str | None:
+    for f, sig in files.items():
+        try:
+            st = os.stat(f)
+        except OSError:
+            return f
+        if (st.st_size, st.st_mtime_ns) != sig:
+            return f
+    return None
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
+    while len(data) < _LEN.size or len(data) < _LEN.size + _LEN.unpack_from(data)[0]:
+        more = conn.recv(1 << 20)
+        if not more:
+            raise ConnectionResetError("short request")
+        data += more
+    n = _LEN.unpack_from(data)[0]
+    return json.loads(data[_LEN.size:_LEN.size + n]), list(fds)
+
+
+def _run_child(conn: socket.socket, req: dict, fds: list[int]) -> None:
+    """In the forked child: become the command's process and run it; never returns."""
+    import io
+    import threading
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.umask(req["umask"])
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    enc = os.environ.get("PYTHONIOENCODING", "").split(":")[0] or sys.getfilesystemencoding()
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding=enc,
+                                  line_buffering=os.isatty(1), write_through=unbuffered)
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding=enc,
+                                  errors="backslashreplace", line_buffering=True)
+    sys.argv = ["fedbayes", *req["argv"]]
+
+    def watch():   # the command died without forwarding a signal (SIGKILL): die as it did
+        try:
+            conn.recv(1)
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=watch, daemon=True).start()
+    code = 0
+    try:
+        from fedbayes.cli.app import main
+        main(req["argv"])
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    _finish()
+    os._exit(code)
+
+
+def _finish() -> None:
+    import atexit
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def serve(path: str, idle_s: float = IDLE_S) -> None:
+    """Preload, listen on ``path`` and fork a child a request until told to stop (a request ``stop``),
+    until the process that started it is gone, or after ``idle_s`` without a request."""
+    import importlib
+
+    import fedbayes  # noqa: F401  (the numerics environment, before the libraries load)
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    files = _module_files()
+    key = env_key(os.environ)
+    parent = os.getppid()
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    os.chmod(path, 0o600)
+    srv.listen(64)
+    srv.settimeout(0.05)
+    waiting: dict[int, socket.socket] = {}
+    last = time.monotonic()
+    try:
+        while True:
+            _reap(waiting)
+            if os.getppid() != parent or (not waiting and time.monotonic() - last > idle_s):
+                return
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            last = time.monotonic()
+            conn.settimeout(None)
+            try:
+                req, fds = _recv_request(conn)
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            if req.get("stop"):
+                conn.sendall(b"stopped\n")
+                conn.close()
+                return
+            if req.get("key") != key or len(fds) != 3:
+                why = "environment"
+            elif (f := _changed(files)) is not None:
+                why = f"changed {f}"
+            else:
+                why = None
+                pid = os.fork()
+                if pid == 0:
+                    srv.close()
+                    for c in waiting.values():
+                        c.close()
+                    _run_child(conn, req, fds)
+                conn.sendall(f"ok {pid}\n".encode())
+                waiting[pid] = conn
+                print(f"fedbayes.cli.warm: ran {req['argv']} as {pid}", file=sys.stderr, flush=True)
+            for fd in fds:
+                os.close(fd)
+            if why is not None:
+                print(f"fedbayes.cli.warm: refused {req.get('argv')}: {why}", file=sys.stderr, flush=True)
+                conn.sendall(f"refused {why}\n".encode())
+                conn.close()
+                if why.startswith("changed"):    # the preloaded libraries are out of date: of no more use
+                    return
+    finally:
+        srv.close()
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        for pid in list(waiting):
+            os.waitpid(pid, 0)
+        _reap(waiting)
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is None:
+            continue
+        msg = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+        try:
+            conn.sendall(msg.encode() + b"\n")
+        except OSError:
+            pass
+        conn.close()
+
+
+# -- the workflow's side ------------------------------------------------------------------------------
+
+def start(logdir: str | os.PathLike) -> str | None:
+    """Start a server for the workflow run from this directory (the Snakefile's ``onstart``), its refusals
+    logged in ``logdir``/warm.log, and point this process's environment, which the jobs inherit, at it; its
+    socket. Off where ``FEDBAYES_WARM`` is already set (``0``: off; a path: that server)."""
+    import subprocess
+
+    if os.environ.get(WARM_ENV):
+        return None
+    path = socket_path(os.getcwd())
+    log = Path(logdir, "warm.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as err:
+        subprocess.Popen([sys.executable, "-m", "fedbayes.cli.warm", "serve", path], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=err, close_fds=True)
+    os.environ[WARM_ENV] = path
+    return path
+
+
+def stop() -> None:
+    """End the server ``start`` started (the Snakefile's ``onsuccess``/``onerror``)."""
+    path = os.environ.pop(WARM_ENV, None)
+    if not path or path == "0":
+        return
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        msg = json.dumps({"stop": True}).encode()
+        socket.send_fds(s, [_LEN.pack(len(msg)) + msg], [])
+        _readline(s)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        serve(sys.argv[2])
+    else:
+        sys.exit("usage: python -m fedbayes.cli.warm serve SOCKET")

@@ -1,0 +1,216 @@
+"""Warm jobs (fedbayes.cli.warm): a command run through the server's forked child is the command run in a fresh
+process — the same bytes of a trained and evaluated run, the same streams, directory, environment and exit
+status — and anything the child could not match (another environment, changed library files, no server)
+runs the command itself."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dagutil import read_params
+from fedbayes.cli import warm
+from fedbayes.study import load_params, sweep_points
+
+SYNTH = {"dataset": "synthetic", "subsample": 1.0, "clients": 4, "partition": {"scheme": "iid"}, "rounds": 2,
+         "report_rounds": [2], "model": {"name": "mlp", "hidden": [16], "activation": "relu"},
+         "input_scale": "unit", "train": {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1},
+         # FedAvg, and IVON's sampled weights and a 4-sample predictive: PyTorch's random generator in use
+         "methods": {"fedavg": None, "fedivon": None}}
+FEDBAYES = [sys.executable, "-m", "fedbayes.cli"]
+
+
+@pytest.fixture
+def study(tmp_path, repo):
+    """A params.yaml with one small synthetic experiment, every output under ``tmp_path``."""
+    p = read_params(repo)
+    p["experiments"] = {"synth": SYNTH}
+    p["seeds"] = [0]
+    p["smoke"].pop("experiments", None)
+    p["tables"] = {}
+    p.pop("headline")
+    p["paths"] = {k: str(tmp_path / k) for k in ("raw", "partitions", "runs", "reports", "work")}
+    p["paths"]["mlflow_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "workflow/schemas").mkdir(parents=True)
+    (tmp_path / "workflow/schemas/params.schema.yaml").write_text(
+        (repo / "workflow/schemas/params.schema.yaml").read_text())
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    return tmp_path
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A warm server on a socket of its own; its log (stderr) read by the tests."""
+    sock = str(tmp_path.parent / f"w{os.getpid()}-{tmp_path.name[-12:]}.sock")
+    log = tmp_path / "warm.log"
+    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV}
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fedbayes.cli.warm", "serve", sock], stderr=err, env=env)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(sock):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    yield sock, log, proc
+    proc.terminate()
+    proc.wait(30)
+
+
+def fedbayes(args, cwd, sock=None, check=True, **env_extra):
+    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | env_extra
+    if sock:
+        env[warm.WARM_ENV] = sock
+    r = subprocess.run(FEDBAYES + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert not check or r.returncode == 0, r.stderr
+    return r
+
+
+def forked(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.startswith("fedbayes.cli.warm: ran ")]
+
+
+def without_times(path: Path) -> list[dict]:
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    for r in rows:
+        for k in ("time_s", "wall_s", "eval_s"):
+            r.pop(k, None)
+    return rows
+
+
+def test_a_run_trained_and_evaluated_through_the_server_is_byte_identical_to_a_fresh_processs(study, server):
+    sock, log, _ = server
+    d = study
+    part = d / "partitions/synth/seed0.npz"
+    fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
+    fedbayes(["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], d)
+    params = load_params(d / "params.yaml")
+    for method in ("fedavg", "fedivon"):
+        point = next(iter(sweep_points(params, "synth", method)))
+        runs = {}
+        for how, s in (("fresh", None), ("warm", sock)):
+            out = d / how / method
+            fedbayes(["train", "--experiment", "synth", "--method", method, "--point", point, "--seed", "0",
+                      "--partition", str(part), "--out", str(out), "--threads", "1"], d, s)
+            fedbayes(["evaluate", str(out)], d, s)
+            runs[how] = out
+        a, b = runs["fresh"], runs["warm"]
+        assert (a / "predictions.npz").read_bytes() == (b / "predictions.npz").read_bytes(), method
+        assert without_times(a / "history.csv") == without_times(b / "history.csv"), method
+        ma, mb = ({k: v for k, v in json.loads((r / "metrics.json").read_text()).items() if k != "wall_s"}
+                  for r in (a, b))
+        assert ma == mb, method
+        ca, cb = (json.loads((r / "run.json").read_text())["config_hash"] for r in (a, b))
+        assert ca == cb
+    assert len(forked(log)) == 4, log.read_text()   # each method's warm train and evaluate ran in a child
+
+
+def test_the_child_has_the_commands_streams_directory_and_exit_status(study, server):
+    sock, log, _ = server
+    r = fedbayes(["table", "nosuch", "--out", "t.csv"], study, sock, check=False)
+    assert r.returncode == 2 and r.stderr.startswith("fedbayes table: error: 'nosuch': not a table"), r.stderr
+    assert r.stdout == ""
+    r = fedbayes(["validate"], study, sock)
+    assert "params.yaml is valid" in r.stdout and "synth" in r.stdout   # the params.yaml of the command's directory
+    r = fedbayes(["train", "--help"], study, sock)
+    assert r.stdout.startswith("usage: fedbayes train"), r.stdout
+    assert len(forked(log)) == 3, log.read_text()
+
+
+def test_another_environment_runs_the_command_itself(study, server):
+    sock, log, _ = server
+    r = fedbayes(["validate"], study, sock, OMP_NUM_THREADS="1", ATEN_CPU_CAPABILITY="default")
+    assert "params.yaml is valid" in r.stdout
+    assert forked(log) == [] and "refused ['validate']: environment" in log.read_text()
+
+
+def test_no_server_or_a_dead_socket_runs_the_command_itself(study, tmp_path):
+    dead = tmp_path / "dead.sock"
+    dead.write_text("")
+    for sock in (str(dead), str(tmp_path / "none.sock"), "0", "not a socket; rm -rf /", "/x" * 200):
+        r = fedbayes(["validate"], study, sock)
+        assert "params.yaml is valid" in r.stdout
+
+
+def test_a_signal_to_the_command_reaches_its_child_and_comes_back_as_its_status(study, server):
+    """Snakemake stops a job by signalling its process: the child (not in the job's process group) gets the
+    same signal, and the command dies of it as a fresh process would."""
+    sock, log, _ = server
+    d = study
+    fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
+    part = d / "partitions/synth/seed0.npz"
+    fedbayes(["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], d)
+    p = read_params(d)
+    p["experiments"]["synth"]["rounds"] = 100000     # long enough to be signalled while it trains
+    p["experiments"]["synth"]["report_rounds"] = [100000]
+    (d / "params.yaml").write_text(yaml.safe_dump(p))
+    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | {warm.WARM_ENV: sock}
+    proc = subprocess.Popen(FEDBAYES + ["train", "--experiment", "synth", "--method", "fedavg", "--point", "local_epochs=1", "--seed", "0",
+                                        "--partition", str(part), "--out", str(d / "run"), "--threads", "1"],
+                            cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (d / "run/checkpoint.pt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    child = int(forked(log)[0].rsplit(" as ", 1)[1])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == -signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the child outlived its command"
+        time.sleep(0.1)
+
+
+def test_a_command_killed_outright_takes_its_child_with_it(study, server):
+    sock, log, _ = server
+    d = study
+    p = read_params(d)
+    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | {warm.WARM_ENV: sock}
+    fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
+    part = d / "partitions/synth/seed0.npz"
+    fedbayes(["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], d)
+    p["experiments"]["synth"]["rounds"] = 100000
+    p["experiments"]["synth"]["report_rounds"] = [100000]
+    (d / "params.yaml").write_text(yaml.safe_dump(p))
+    proc = subprocess.Popen(FEDBAYES + ["train", "--experiment", "synth", "--method", "fedavg", "--point", "local_epochs=1", "--seed", "0",
+                                        "--partition", str(part), "--out", str(d / "run"), "--threads", "1"],
+                            cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not forked(log):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    child = int(forked(log)[0].rsplit(" as ", 1)[1])
+    proc.kill()
+    proc.wait(30)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the child outlived its command"
+        time.sleep(0.1)
+
+
+def test_changed_library_files_are_noticed(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("x = 1\n")
+    st = f.stat()
+    files = {str(f): (st.st_size, st.st_mtime_ns)}
+    assert warm._changed(files) is None
+    f.write_text("x = 22\n")
+    assert warm._changed(files) == str(f)
+    f.unlink()
+    assert warm._changed(files) == str(f)
+
+
+def test_the_key_follows_what_libraries_read_at_import():
+    base = {"PATH": "/bin", "HOME": "/root"}
+    assert warm.env_key(base) == warm.env_key(base | {"HOME": "/elsewhere", "FEDBAYES_WARM": "/x"})
+    for k, v in (("OMP_NUM_THREADS", "1"), ("ATEN_CPU_CAPABILITY", "default"), ("PYTHONHASHSEED", "0"),
+                 ("MKL_ENABLE_INSTRUCTIONS", "SSE4_2"), ("NPY_DISABLE_CPU_FEATURES", "AVX2")):
+        assert warm.env_key(base) != warm.env_key(base | {k: v}), k
