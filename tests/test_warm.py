@@ -10,8 +10,10 @@ import io
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,27 +50,40 @@ def study(tmp_path, repo):
     return tmp_path
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A warm server on a socket of its own; its log (stderr) read by the tests."""
-    sock = str(tmp_path.parent / f"w{os.getpid()}-{tmp_path.name[-12:]}.sock")
-    log = tmp_path / "warm.log"
-    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "fedbayes.cli.warm", "serve", sock], stderr=err, env=env)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(sock):
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+def clean_env(**extra) -> dict:
+    return {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | extra
+
+
+def wait_for(path, proc=None, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        assert (proc is None or proc.poll() is None) and time.monotonic() < deadline, path
         time.sleep(0.1)
-    yield sock, log, proc
+
+
+@pytest.fixture
+def server():
+    """A folder of warm servers (as ``start`` makes for a build) with the server for this environment
+    running; the folder and that server's log (its stderr)."""
+    folder = tempfile.mkdtemp(prefix="fbw-", dir="/tmp")
+    sock = warm.socket_for(folder, clean_env())
+    log = Path(folder, "test.log")
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-c", warm.SERVE, sock], stderr=err, env=clean_env())
+    wait_for(sock, proc)
+    yield folder, log, proc
     proc.terminate()
     proc.wait(30)
+    for f in Path(folder).glob("*.sock"):   # servers a test's command started for another environment
+        f.unlink()
+    time.sleep(0.2)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
-def fedbayes(args, cwd, sock=None, check=True, **env_extra):
-    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | env_extra
-    if sock:
-        env[warm.WARM_ENV] = sock
+def fedbayes(args, cwd, folder=None, check=True, **env_extra):
+    env = clean_env(**env_extra)
+    if folder:
+        env[warm.WARM_ENV] = folder
     r = subprocess.run(FEDBAYES + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert not check or r.returncode == 0, r.stderr
     return r
@@ -87,7 +102,7 @@ def without_times(path: Path) -> list[dict]:
 
 
 def test_a_run_trained_and_evaluated_through_the_server_is_byte_identical_to_a_fresh_processs(study, server):
-    sock, log, _ = server
+    folder, log, _ = server
     d = study
     part = d / "partitions/synth/seed0.npz"
     fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
@@ -96,7 +111,7 @@ def test_a_run_trained_and_evaluated_through_the_server_is_byte_identical_to_a_f
     for method in ("fedavg", "fedivon"):
         point = next(iter(sweep_points(params, "synth", method)))
         runs = {}
-        for how, s in (("fresh", None), ("warm", sock)):
+        for how, s in (("fresh", None), ("warm", folder)):
             out = d / how / method
             fedbayes(["train", "--experiment", "synth", "--method", method, "--point", point, "--seed", "0",
                       "--partition", str(part), "--out", str(out), "--threads", "1"], d, s)
@@ -114,36 +129,63 @@ def test_a_run_trained_and_evaluated_through_the_server_is_byte_identical_to_a_f
 
 
 def test_the_child_has_the_commands_streams_directory_and_exit_status(study, server):
-    sock, log, _ = server
-    r = fedbayes(["table", "nosuch", "--out", "t.csv"], study, sock, check=False)
+    folder, log, _ = server
+    r = fedbayes(["table", "nosuch", "--out", "t.csv"], study, folder, check=False)
     assert r.returncode == 2 and r.stderr.startswith("fedbayes table: error: 'nosuch': not a table"), r.stderr
     assert r.stdout == ""
-    r = fedbayes(["validate"], study, sock)
+    r = fedbayes(["validate"], study, folder)
     assert "params.yaml is valid" in r.stdout and "synth" in r.stdout   # the params.yaml of the command's directory
-    r = fedbayes(["train", "--help"], study, sock)
+    r = fedbayes(["train", "--help"], study, folder)
     assert r.stdout.startswith("usage: fedbayes train"), r.stdout
     assert len(forked(log)) == 3, log.read_text()
 
 
-def test_another_environment_runs_the_command_itself(study, server):
-    sock, log, _ = server
-    r = fedbayes(["validate"], study, sock, OMP_NUM_THREADS="1", ATEN_CPU_CAPABILITY="default")
-    assert "params.yaml is valid" in r.stdout
-    assert forked(log) == [] and "refused ['validate']: environment" in log.read_text()
+def test_another_environment_runs_the_command_itself_and_starts_its_own_server(study, server):
+    """Snakemake sets a job's thread variables to its threads: each such environment gets a server of its
+    own, started in the background by its first command, which runs itself."""
+    folder, log, _ = server
+    other = {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"}
+    r = fedbayes(["validate"], study, folder, **other)
+    assert "params.yaml is valid" in r.stdout and forked(log) == []
+    sock = warm.socket_for(folder, clean_env(**other))
+    wait_for(sock)
+    r = fedbayes(["validate"], study, folder, **other)
+    assert "params.yaml is valid" in r.stdout and forked(log) == []
+    assert len(forked(Path(sock[:-len(".sock")] + ".log"))) == 1
 
 
 def test_no_server_or_a_dead_socket_runs_the_command_itself(study, tmp_path):
-    dead = tmp_path / "dead.sock"
-    dead.write_text("")
-    for sock in (str(dead), str(tmp_path / "none.sock"), "0", "not a socket; rm -rf /", "/x" * 200):
-        r = fedbayes(["validate"], study, sock)
-        assert "params.yaml is valid" in r.stdout
+    folder = tempfile.mkdtemp(prefix="fbw-", dir="/tmp")
+    Path(warm.socket_for(folder, clean_env())).write_text("")     # a socket file left by a killed server
+    Path(warm.socket_for(folder, clean_env())[:-len(".sock")] + ".starting").write_text("")
+    try:
+        for where in (folder, str(tmp_path / "none"), "0", "not a folder; rm -rf /", "/x" * 200):
+            r = fedbayes(["validate"], study, where)
+            assert "params.yaml is valid" in r.stdout
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_start_and_stop_as_the_snakefile_calls_them(study, tmp_path, monkeypatch):
+    monkeypatch.delenv(warm.WARM_ENV, raising=False)
+    folder = warm.start(tmp_path / "work")
+    try:
+        assert os.environ[warm.WARM_ENV] == folder and Path(folder, "owner").read_text() == str(os.getpid())
+        assert warm.start(tmp_path / "work") is None         # one folder a build
+        env = dict(os.environ)
+        subprocess.run(FEDBAYES + ["validate"], cwd=study, env=env, check=True, capture_output=True)
+        wait_for(warm.socket_for(folder, env))
+        subprocess.run(FEDBAYES + ["validate"], cwd=study, env=env, check=True, capture_output=True)
+    finally:
+        warm.stop()
+    assert warm.WARM_ENV not in os.environ and not Path(folder).exists()
+    assert len(forked(tmp_path / "work/warm.log")) == 1
 
 
 def test_a_signal_to_the_command_reaches_its_child_and_comes_back_as_its_status(study, server):
     """Snakemake stops a job by signalling its process: the child (not in the job's process group) gets the
     same signal, and the command dies of it as a fresh process would."""
-    sock, log, _ = server
+    folder, log, _ = server
     d = study
     fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
     part = d / "partitions/synth/seed0.npz"
@@ -152,7 +194,7 @@ def test_a_signal_to_the_command_reaches_its_child_and_comes_back_as_its_status(
     p["experiments"]["synth"]["rounds"] = 100000     # long enough to be signalled while it trains
     p["experiments"]["synth"]["report_rounds"] = [100000]
     (d / "params.yaml").write_text(yaml.safe_dump(p))
-    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | {warm.WARM_ENV: sock}
+    env = clean_env(**{warm.WARM_ENV: folder})
     proc = subprocess.Popen(FEDBAYES + ["train", "--experiment", "synth", "--method", "fedavg", "--point", "local_epochs=1", "--seed", "0",
                                         "--partition", str(part), "--out", str(d / "run"), "--threads", "1"],
                             cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -170,10 +212,10 @@ def test_a_signal_to_the_command_reaches_its_child_and_comes_back_as_its_status(
 
 
 def test_a_command_killed_outright_takes_its_child_with_it(study, server):
-    sock, log, _ = server
+    folder, log, _ = server
     d = study
     p = read_params(d)
-    env = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV} | {warm.WARM_ENV: sock}
+    env = clean_env(**{warm.WARM_ENV: folder})
     fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
     part = d / "partitions/synth/seed0.npz"
     fedbayes(["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], d)

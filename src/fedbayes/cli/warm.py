@@ -2,11 +2,14 @@
 
 A Snakemake build runs hundreds of short ``fedbayes`` jobs (a rehearsal: about 600); each fresh process
 spends about 2.5 CPU-seconds importing PyTorch, NumPy and SciPy before its own work, more than many jobs
-then do. While a workflow runs (``start`` from the Snakefile's ``onstart``, ``stop`` at its end), a
-server process holds those libraries imported and listens on a Unix socket named by ``FEDBAYES_WARM``;
-the ``fedbayes`` command (``fedbayes.cli.main``) sends it its arguments, working directory, environment,
-umask and standard streams, and the server forks a child that runs the command exactly as the process
-would have (``fedbayes.cli.app.main``), then reports its exit status, which the command exits with.
+then do. While a workflow runs (``start`` from the Snakefile's ``onstart``, ``stop`` at its end),
+``FEDBAYES_WARM`` names a folder of servers, one for each environment the jobs come with (Snakemake sets
+a job's thread variables to its ``threads``): a server holds those libraries imported and listens on the
+Unix socket ``<folder>/<env_key>.sock``. The ``fedbayes`` command (``fedbayes.cli.main``) sends its
+server its arguments, working directory, environment, umask and standard streams, and the server forks a
+child that runs the command exactly as the process would have (``fedbayes.cli.app.main``), then reports
+its exit status, which the command exits with. The first command of an environment finds no server: it
+starts one in the background and runs itself.
 
 What makes the child the same as a fresh process:
 
@@ -24,15 +27,17 @@ What makes the child the same as a fresh process:
   included), its directory, environment and umask, and rebuilds ``sys.stdout``/``sys.stderr`` as Python
   would for those descriptors.
 
-A command that cannot reach a server (none started, another machine of a cluster, a socket left by a
-killed build) runs itself, so the server is an optimisation only: nothing depends on it.
+A command that cannot reach a server (none yet, another machine of a cluster, a socket left by a killed
+build) runs itself, so the servers are an optimisation only: nothing depends on them. A server ends with
+the build (``stop``; or when the Snakemake process that started the folder is gone, or after ``IDLE_S``
+without a command).
 Signals: the command forwards SIGINT, SIGTERM and SIGHUP to its child; if the command dies without
 forwarding (SIGKILL), the child sees its connection close and kills itself the same way. The child's
 status comes back as the command's: an exit code, or death by the same signal.
 tests/test_warm.py compares a run trained through the server with one trained in a fresh process byte for
 byte and checks each rule above.
 
-Start by hand: ``python -m fedbayes.cli.warm serve SOCKET`` and ``export FEDBAYES_WARM=SOCKET``.
+By hand, outside Snakemake: ``export FEDBAYES_WARM=$(mktemp -d)``; the commands start their servers.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ PRELOAD = ("numpy", "torch", "scipy.special", "jsonschema", "yaml", "tqdm")
 # environment variables a preloaded library (or the interpreter) reads when it loads
 KEY_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH", "PYTORCH_",
                 "CUDA_", "CUBLAS_", "NVIDIA_", "NPY_", "NUMPY_", "PYTHON", "LD_", "MALLOC_")
+SERVE = "import sys; from fedbayes.cli.warm import serve; serve(sys.argv[1])"
 IDLE_S = 600.0             # a server nobody spoke to for this long ends (a build killed without its `stop`)
 _LEN = struct.Struct("!I")
 
@@ -64,10 +70,10 @@ def env_key(environ) -> str:
     return hashlib.sha256(json.dumps([interpreter, sorted(picked.items())]).encode()).hexdigest()[:16]
 
 
-def socket_path(workdir: str | os.PathLike) -> str:
-    """A socket for the workflow in ``workdir``: short (a Unix socket's path has ≤ 107 bytes), per user."""
-    h = hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
-    return os.path.join("/tmp", f"fedbayes-warm-{os.getuid()}-{h}-{os.getpid()}.sock")
+def socket_for(folder: str, environ) -> str:
+    """The socket of the server for ``environ`` in ``folder`` (a Unix socket's path has at most 107 bytes:
+    the folder is short, under /tmp)."""
+    return os.path.join(folder, env_key(environ) + ".sock")
 
 
 # -- the command's side -------------------------------------------------------------------------------
@@ -75,12 +81,18 @@ def socket_path(workdir: str | os.PathLike) -> str:
 def delegate(argv: list[str]) -> int | None:
     """Run ``fedbayes argv`` in a warm server's child; its exit code, or None where no server took it (the
     caller then runs the command itself). Death of the child by a signal is repeated here."""
-    path = os.environ.get(WARM_ENV)
-    if not path or path == "0":
+    folder = os.environ.get(WARM_ENV)
+    if not folder or folder == "0" or not os.path.isdir(folder):
         return None
+    path = socket_for(folder, os.environ)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(path)
+    except OSError:
+        s.close()
+        _spawn(folder, path)
+        return None
+    try:
         umask = os.umask(0)
         os.umask(umask)
         msg = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
@@ -114,6 +126,22 @@ def delegate(argv: list[str]) -> int | None:
         signal.signal(int(value), signal.SIG_DFL)
         os.kill(os.getpid(), int(value))
     return int(value) if kind == "exit" else 1
+
+
+def _spawn(folder: str, path: str) -> None:
+    """Start the server for this environment in the background, unless another command already did."""
+    import subprocess
+
+    try:
+        os.close(os.open(path[:-len(".sock")] + ".starting", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError:
+        return
+    try:
+        with open(path[:-len(".sock")] + ".log", "ab") as err:
+            subprocess.Popen([sys.executable, "-c", SERVE, path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=err, close_fds=True, start_new_session=True)
+    except OSError:
+        pass
 
 
 def _readline(s: socket.socket) -> str:
@@ -242,7 +270,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
             pass
     files = _module_files()
     key = env_key(os.environ)
-    parent = os.getppid()
+    owner = _owner(os.path.dirname(path))
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -257,7 +285,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
     try:
         while True:
             _reap(waiting)
-            if os.getppid() != parent or (not waiting and time.monotonic() - last > idle_s):
+            if not _alive(owner) or not os.path.exists(path) or (not waiting and time.monotonic() - last > idle_s):
                 return
             try:
                 conn, _ = srv.accept()
@@ -308,6 +336,26 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
         _reap(waiting)
 
 
+def _owner(folder: str) -> int | None:
+    """The process the folder's servers live for (``start``'s Snakemake); None: no owner (by hand)."""
+    try:
+        return int(Path(folder, "owner").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _reap(waiting: dict[int, socket.socket]) -> None:
     while waiting:
         try:
@@ -329,43 +377,51 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
 
 # -- the workflow's side ------------------------------------------------------------------------------
 
-def start(logdir: str | os.PathLike) -> str | None:
-    """Start a server for the workflow run from this directory (the Snakefile's ``onstart``), its refusals
-    logged in ``logdir``/warm.log, and point this process's environment, which the jobs inherit, at it; its
-    socket. Off where ``FEDBAYES_WARM`` is already set (``0``: off; a path: that server)."""
-    import subprocess
+_started: tuple[str, Path] | None = None
 
+
+def start(logdir: str | os.PathLike) -> str | None:
+    """Make the folder of this build's servers (the Snakefile's ``onstart``) and point this process's
+    environment, which the jobs inherit, at it; the servers' logs go to ``logdir``/warm.log at ``stop``.
+    Off where ``FEDBAYES_WARM`` is already set (``0``: off; a folder: that one's servers)."""
+    import tempfile
+
+    global _started
     if os.environ.get(WARM_ENV):
         return None
-    path = socket_path(os.getcwd())
-    log = Path(logdir, "warm.log")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as err:
-        subprocess.Popen([sys.executable, "-m", "fedbayes.cli.warm", "serve", path], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=err, close_fds=True)
-    os.environ[WARM_ENV] = path
-    return path
+    folder = tempfile.mkdtemp(prefix=f"fedbayes-warm-{os.getpid()}-", dir="/tmp")
+    Path(folder, "owner").write_text(str(os.getpid()))
+    os.environ[WARM_ENV] = folder
+    _started = (folder, Path(logdir))
+    return folder
 
 
 def stop() -> None:
-    """End the server ``start`` started (the Snakefile's ``onsuccess``/``onerror``)."""
-    path = os.environ.pop(WARM_ENV, None)
-    if not path or path == "0":
+    """End the servers ``start``'s folder holds (the Snakefile's ``onsuccess``/``onerror``), keep their logs
+    in ``logdir``/warm.log and remove the folder."""
+    import shutil
+
+    global _started
+    if _started is None:
         return
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect(path)
-        msg = json.dumps({"stop": True}).encode()
-        socket.send_fds(s, [_LEN.pack(len(msg)) + msg], [])
-        _readline(s)
-    except OSError:
-        pass
-    finally:
-        s.close()
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        serve(sys.argv[2])
-    else:
-        sys.exit("usage: python -m fedbayes.cli.warm serve SOCKET")
+    folder, logdir = _started
+    _started = None
+    os.environ.pop(WARM_ENV, None)
+    for sock in Path(folder).glob("*.sock"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(30)
+            s.connect(str(sock))
+            msg = json.dumps({"stop": True}).encode()
+            socket.send_fds(s, [_LEN.pack(len(msg)) + msg], [])
+            _readline(s)
+        except OSError:
+            pass
+        finally:
+            s.close()
+    logs = b"".join(f.read_bytes() for f in sorted(Path(folder).glob("*.log")))
+    if logs:
+        logdir.mkdir(parents=True, exist_ok=True)
+        with open(logdir / "warm.log", "ab") as out:
+            out.write(logs)
+    shutil.rmtree(folder, ignore_errors=True)
