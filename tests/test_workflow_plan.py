@@ -195,7 +195,8 @@ def test_table_pairs_sweeps_and_import_groups():
 
 
 def test_report_category_and_the_paper_twin_pattern(tmp_path):
-    (tmp_path / "fedlap.yaml").write_text("title: FedLap paper\n")
+    (tmp_path / "fedlap").mkdir()
+    (tmp_path / "fedlap" / "published.yaml").write_text("title: FedLap paper\n")
     assert plan.report_category("table1", tmp_path) == "Headline benchmark"
     assert plan.report_category("fedlap/table1", tmp_path) == "FedLap paper"
     assert plan.report_category("other/t", tmp_path) == "other"
