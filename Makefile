@@ -47,8 +47,9 @@ table1: setup
 mlflow: setup
 	snakemake --cores all mlflow $(QUIET)
 
-# dvc.yaml's table stages' params lists, committed-run deps and outs, from params.yaml and the committed runs
-# (after adding an experiment or method to a table, or committing runs;
+# dvc.yaml's table stages (one per paper folder, papers/<paper>/) and the scorecard's, written whole from
+# params.yaml's tables, the paper folders and the committed runs (after adding a paper or a table, an
+# experiment or method to a table, or committing runs;
 # `dvc repro` stops and names this target when they are out of date)
 dvc.yaml:
 	python3 workflow/dvc_stages.py

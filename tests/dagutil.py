@@ -17,8 +17,8 @@ from typing import Callable
 import yaml
 
 BIN = Path(sys.executable).parent
-COPY = ["Snakefile", "params.yaml", "params.smoke.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "reports/notes",
-        "reports/fedlap/NOTES.md", "reports/bayesadmm/NOTES.md", "reports/fola/NOTES.md", "reports/causes.yaml", "reports/evidence",
+COPY = ["Snakefile", "params.yaml", "params.smoke.yaml", "dvc.yaml", ".dvcignore", ".gitignore", "workflow", "profiles", "src", "papers",
+        "reports/notes", "reports/causes.yaml", "reports/evidence",
         "tests/golden"]   # the numerics goldens the DAG's numerics check replays (workflow/rules/train.smk)
 FMNIST_DEB = "/usr/share/datasets/fashion-mnist"
 

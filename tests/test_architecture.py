@@ -270,7 +270,7 @@ def code_words(text: str, python: bool) -> list[str]:
 def test_engine_and_workflow_name_no_method_and_no_paper():
     from fedbayes.methods import method_specs
 
-    names = set(method_specs()) | {p.stem for p in (SRC / "papers").glob("*.yaml")}
+    names = set(method_specs()) | {p.parent.name for p in (REPO / "papers").glob("*/published.yaml")}
     pattern = re.compile(r"(?<![a-z0-9_])(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")(?![a-z0-9_])")
     found = []
     for path in sorted((SRC / "engine").glob("*.py")):

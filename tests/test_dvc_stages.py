@@ -116,6 +116,7 @@ def test_a_table_gaining_an_experiment_makes_its_stage_stale_and_no_other(tmp_pa
     # the stage's command checks first: `dvc repro` refuses, naming the stage and the command to run
     d = tmp_path / "repo"
     shutil.copytree(ROOT / "workflow" / "schemas", d / "workflow" / "schemas")
+    shutil.copytree(ROOT / "papers", d / "papers")   # the paper folders the stages are generated from
     shutil.copy(GEN, d / "workflow" / "dvc_stages.py")
     for f in ("dvc.yaml", "params.smoke.yaml"):
         shutil.copy(ROOT / f, d / f)
@@ -280,3 +281,32 @@ def test_the_data_step_puts_a_fetched_dvc_output_into_the_cache(tmp_path):
     lock = (tmp_path / "dvc.lock").read_text()
     out = sh(dvc_cache_command("raw/a", cached, str(tmp_path / "lock"), sys.executable))
     assert "refused" in out and (tmp_path / "dvc.lock").read_text() == lock
+
+
+def test_the_table_stages_are_generated_whole_from_params_and_the_paper_folders():
+    """A paper's stage is written whole by `make dvc.yaml` (its command, deps, params, outs): a hand edit inside
+    it is undone and the stage named by --check; a paper whose tables are gone from params.yaml loses its stage
+    and the scorecard its tables' CSVs. Before, only the params, run deps and outs were generated."""
+    import copy
+
+    g, p = generator(), params()
+    text = (ROOT / "dvc.yaml").read_text()
+    stages = yaml.safe_load(text)["stages"]
+    fedlap = stages["fedlap_tables"]
+    assert fedlap["cmd"] == ("python3 workflow/dvc_stages.py --check && snakemake --cores all "
+                             + " ".join(f"${{reports_dir}}/fedlap/table{i}.csv" for i in range(1, 6)))
+    assert {"papers/fedlap/NOTES.md", "papers/fedlap/published.yaml", "papers/bayesadmm/authors_code.yaml"} <= set(fedlap["deps"])
+    assert "papers/fedlap/causes.yaml" in stages["scorecard"]["deps"]   # read by the scorecard, not the tables
+    assert "papers/fedlap/causes.yaml" not in fedlap["deps"]
+
+    edited = text.replace("      - papers/fedlap/NOTES.md\n", "      - reports/fedlap/NOTES.md\n", 1)
+    assert edited != text
+    again, changed = g.generate(edited, p)
+    assert changed == ["fedlap_tables"] and again == text
+
+    q = copy.deepcopy(p)
+    q["tables"] = {t: s for t, s in q["tables"].items() if not t.startswith("fola/")}
+    new, changed = g.generate(text, q)
+    assert set(changed) == {"fola_tables", "scorecard"}
+    after = yaml.safe_load(new)["stages"]
+    assert "fola_tables" not in after and "reports/fola/table2.csv" not in after["scorecard"]["deps"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -131,3 +132,78 @@ def test_a_dataset_is_one_spec_with_its_loader_and_partition(tmp_path, monkeypat
     pc = {**pc, "clients": 4, "partition": {"scheme": "label_dirichlet", "alpha": 0.5}}
     parts, meta = build_partition(pc, str(root), "toy-dir", tmp_path / "dir.npz")
     assert sum(meta["sizes"]) == 90 and len(parts) == 4
+
+
+PAPER = """\
+paper: mypaper
+title: "A Paper of Our Own (MyPaper)"
+tables:
+  table1:
+    caption: "Test accuracy (%), mean over the previous 3 rounds, mean (std) over 3 runs"
+    statistic: mean_last3
+    rounds: [10, 50]
+    rows:
+      fmnist10-iid-k10:
+        fedavg: {test/acc: [[81.25, 0.5], [86.75, 0.25]]}
+"""
+NOTES = "MyPaper's notes: the published FedAvg curve, read from its Figure 2.\n"
+
+
+def test_a_paper_is_one_folder_and_its_tables_in_params(tmp_path):
+    """Adding a paper: its folder (``papers/<paper>/``: published values, notes) and its table in params.yaml;
+    `make dvc.yaml` writes its DVC stage whole, and `fedbayes table` prints its published values beside ours
+    (the committed FedAvg runs of fmnist10-iid-k10, read as they are: nothing trains)."""
+    import shutil
+
+    import pandas as pd
+    import yaml
+    from dagutil import copy_repo, sh
+
+    root = Path(__file__).resolve().parents[1]
+    dst = tmp_path / "repo"
+
+    def add_paper(p):
+        folder = dst / "papers" / "mypaper"
+        folder.mkdir(parents=True)
+        (folder / "published.yaml").write_text(PAPER)
+        (folder / "NOTES.md").write_text(NOTES)
+        p["tables"]["mypaper/table1"] = {
+            "title": "MyPaper Table 1: test accuracy (%)", "experiments": ["fmnist10-iid-k10"], "methods": ["fedavg"],
+            "statistic": "mean_last3", "metrics": ["test/acc"], "tolerance": {"test/acc": 1.5},
+            "published": ["mypaper:table1"], "notes": "papers/mypaper/NOTES.md"}
+
+    copy_repo(root, dst, add_paper, scale="paper")
+    runs = "results/runs/fmnist10-iid-k10/fedavg"
+    shutil.copytree(root / runs, dst / runs)
+    (dst / "work" / "data").mkdir(parents=True)
+    for d in ("fmnist", "mnist5k"):   # the data checkpoint's record: obtained on this machine
+        (dst / "work" / "data" / f"{d}.json").write_text(json.dumps({"dataset": d, "available": True}))
+    copy_src = f"PYTHONPATH={dst / 'src'}"   # the copy's package, which reads the copy's papers/
+    sh(f"{copy_src} {sys.executable} workflow/dvc_stages.py", dst)
+    sh(f"{copy_src} {sys.executable} workflow/dvc_stages.py --check", dst)
+
+    stages = yaml.safe_load((dst / "dvc.yaml").read_text())["stages"]
+    mine = stages["mypaper_tables"]
+    assert mine["cmd"] == ("python3 workflow/dvc_stages.py --check && snakemake --cores all "
+                           "${reports_dir}/mypaper/table1.csv")
+    assert {"data/raw/fmnist", "data/raw/mnist5k", "src/fedbayes", "papers/mypaper/NOTES.md",
+            "papers/mypaper/published.yaml", runs} <= set(mine["deps"])
+    assert {"tables.mypaper/table1", "experiments.fmnist10-iid-k10", "methods.fedavg"} <= set(
+        k for k in mine["params"] if isinstance(k, str))
+    assert [next(iter(o)) for o in mine["outs"]] == [
+        "${reports_dir}/mypaper/table1.csv", "${reports_dir}/mypaper/table1.md",
+        "${reports_dir}/figures/mypaper_table1_curves.png"]
+    assert "reports/mypaper/table1.csv" in stages["scorecard"]["deps"]
+    assert "papers/mypaper/published.yaml" in stages["scorecard"]["deps"]
+
+    out = sh(f"{copy_src} {sys.executable} -m fedbayes.cli table mypaper/table1 --out reports/mypaper/table1.csv", dst)
+    assert "2 published" in out, out
+    df = pd.read_csv(dst / "reports/mypaper/table1.csv")
+    cells = df[(df.method == "fedavg") & (df.metric == "test/acc")].set_index("round")
+    assert cells.loc[10, "published_mean"] == 81.25 and cells.loc[50, "published_mean"] == 86.75
+    assert cells.ours_mean.notna().all() and (cells.loc[[10, 50], "published_source"] == "mypaper table1").all()
+    assert cells.loc[25, "published_mean"] != cells.loc[25, "published_mean"]   # the paper prints no round 25
+    md = (dst / "reports/mypaper/table1.md").read_text()
+    for rnd, published in ((10, "81.2 ± 0.5"), (50, "86.8 ± 0.2")):   # ours (3 seeds), then the paper's
+        assert re.search(rf"\| fedavg \| \S+ \| {rnd} \| [\d.]+ ± [\d.]+ \(n=3\) \| {published} \|", md), md
+    assert NOTES.strip() in md

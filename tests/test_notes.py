@@ -15,7 +15,7 @@ from fedbayes.reports.tally import published_cells, ran_counts
 COUNT = re.compile(r"(\d[\d,]*) of (?:the table's |its |the )?(\d[\d,]*) (?:published |compared )?cells")
 # a path into this repository (a top-level folder of it) or a markdown file named bare: these must exist;
 # files of the authors' code (train.py, local_client_worker.py) are named with their upstream repository
-TOP = ("reports", "src", "tests", "docs", "workflow", "benchmarks", "results", "profiles")
+TOP = ("reports", "papers", "src", "tests", "docs", "workflow", "benchmarks", "results", "profiles")
 PATH = re.compile(r"(?<![\w/.-])((?:" + "|".join(TOP) + r")/[\w./<>*@–-]*[\w>*]|[\w-]+\.md)\b")
 # work-log phrasing: it is true on the day it was written and false on every later one
 WORKLOG = re.compile(r"\bthis (?:session|morning|afternoon|week)\b|\bat the end of the session\b|"

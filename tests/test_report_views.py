@@ -86,7 +86,7 @@ def test_the_scorecard_category_sorts_first(repo):
     from fedbayes.workflow.plan import report_category
 
     p = read_params(repo)
-    others = {report_category(t, repo / "src/fedbayes/papers") for t in [*p["tables"], *p.get("toys", {})]} | {"Sweeps (selection)"}
+    others = {report_category(t, repo / "papers") for t in [*p["tables"], *p.get("toys", {})]} | {"Sweeps (selection)"}
     key = functools.cmp_to_key(locale.strcoll)
     assert sorted([*others, SCORECARD_CATEGORY], key=key)[0] == SCORECARD_CATEGORY
     assert sorted([*others, SCORECARD_CATEGORY], key=str.casefold)[0] == SCORECARD_CATEGORY

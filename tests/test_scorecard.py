@@ -9,7 +9,8 @@ import yaml
 
 from fedbayes.published import load_paper
 from fedbayes.reports.claims import check_claim
-from fedbayes.reports.scorecard import build_scorecard
+from fedbayes.reports.scorecard import build_scorecard, causes_of
+from fedbayes.reports.tally import table_order
 from fedbayes.reports.verdicts import VERDICTS, verdict
 from fedbayes.reports.cells import within
 from dagutil import read_params
@@ -155,7 +156,9 @@ def test_scorecard_reads_in_two_minutes(repo, tmp_path, monkeypatch):
     blocks = text[text.index("## Per paper"):text.index("## Why cells")]
     assert blocks.count("- **Command:** `snakemake --cores all") == len({n.split("/")[0] if "/" in n else "" for n in p["tables"]})
     assert blocks.count("- **Hardware, runtime**") == blocks.count("- **Command:**")
-    causes = yaml.safe_load((repo / "reports" / "causes.yaml").read_text())["causes"]
+    # the scorecard's causes and each paper's own (papers/<paper>/causes.yaml: FedLap Table 3's cells)
+    causes = causes_of(p["scorecard"], table_order(p["tables"]))
+    assert len(causes) > len(yaml.safe_load((repo / "reports" / "causes.yaml").read_text())["causes"])
     for c in causes:
         assert text.count(c["cause"][1:]) <= 1, c["short"]
     assert "cause not established yet" not in text

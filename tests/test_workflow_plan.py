@@ -21,7 +21,8 @@ RULES = [REPO / "Snakefile", *sorted((REPO / "workflow/rules").glob("*.smk"))]
 
 
 def rel(files):
-    return {str(Path(f).relative_to(codes.ROOT)) for f in files}
+    """The files by their path relative to the package (a paper's data, outside it: ``../../papers/...``)."""
+    return {os.path.relpath(f, codes.ROOT) for f in files}
 
 
 def test_a_rules_code_follows_its_imports_function_level_ones_included(tmp_path):
@@ -47,7 +48,7 @@ def test_the_code_lists_hold_the_real_imports():
     evaluate = rel(codes.rule_code(*codes.RULE_CODE["evaluate"]))
     assert {"eval/evaluate.py", "eval/metrics.py", "runfiles.py", "fileio.py"} <= evaluate
     table = rel(codes.rule_code(*codes.RULE_CODE["table"]))
-    assert {"reports/tables.py", "reports/figures.py", "study/resolve.py", "study/rerun.py", "papers/fedlap.yaml"} <= table
+    assert {"reports/tables.py", "reports/figures.py", "study/resolve.py", "study/rerun.py", "../../papers/fedlap/published.yaml"} <= table
     assert not any(f.startswith("engine/") for f in table)   # a table never trains
     partition = rel(codes.rule_code(*codes.RULE_CODE["partition"]))
     assert {"engine/partitions.py", "partition/schemes.py", "engine/seeds.py"} <= partition
@@ -194,7 +195,8 @@ def test_table_pairs_sweeps_and_import_groups():
 
 
 def test_report_category_and_the_paper_twin_pattern(tmp_path):
-    (tmp_path / "fedlap.yaml").write_text("title: FedLap paper\n")
+    (tmp_path / "fedlap").mkdir()
+    (tmp_path / "fedlap" / "published.yaml").write_text("title: FedLap paper\n")
     assert plan.report_category("table1", tmp_path) == "Headline benchmark"
     assert plan.report_category("fedlap/table1", tmp_path) == "FedLap paper"
     assert plan.report_category("other/t", tmp_path) == "other"

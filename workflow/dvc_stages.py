@@ -1,26 +1,35 @@
-"""The `params:`, run `deps:` and `outs:` of dvc.yaml's table and toy stages, generated from params.yaml as the Snakemake rules read it.
+"""dvc.yaml's table stages, generated whole from params.yaml's tables and the paper folders; the `params:` and
+`outs:` of its hand-written (toy) stages.
 
-A table stage asks Snakemake for some tables (the `${reports_dir}/<table>.csv` in its `cmd`). Their jobs
-read the run settings, the selection rule, the tables' own `tables.<name>` specs, the experiments the
-tables run and those they take their selection from (fedbayes.study ``comparable_experiments``,
-``selection_from``), and the tables' methods those experiments run: a table reads only its own methods'
-runs and selections (workflow/rules/report.smk). A table no stage asks for (a user's own) gets a stage of
-its own, ``table_<name>``, added under ``stages:``. The headline
-table's stage also reads `headline`; a toy's stage, its `toys.<name>` block. So an edit marks in `dvc status` the stages whose tables Snakemake
-reruns, and no other. DVC splits a key at its dots: a dot in a name is written `?` (DVC matches keys as
-globs), e.g. `experiments.fmnist10-labeldir0?01-k20`.
+A paper is one folder, ``papers/<paper>/`` (published values, authors' code cells, notes, causes, evidence:
+fedbayes.published), and its tables are ``tables.<paper>/<table>`` in params.yaml. Between the lines
+``# ---- generated stages`` and ``# ---- end of the generated stages`` of dvc.yaml, this writes one stage per
+paper, ``<paper>_tables``, asking Snakemake for its tables (the `${reports_dir}/<table>.csv` of its `cmd`); the
+headline table's stage (params ``headline.table``, named as the table) with its DVC metrics; a stage of its
+own, ``table_<name>``, for a table of no paper folder (a user's own); and the scorecard's stage, which reads
+every table. So adding a paper is its folder, its tables in params.yaml and `make dvc.yaml`.
 
-A table stage also depends on the committed runs its tables read: the folder ``<runs>/<experiment>/<method>``
-of each of its experiments × its tables' methods that git holds files under (without git: that holds a run
-file on disk), so a deleted or damaged run.json, history.csv, metrics.json or selected.json flags the stage
-in `dvc status`, as it makes Snakemake rerun the run. Only folders that exist are listed: DVC refuses a
-stage whose dependency is missing after its command ran, and an experiment never run here (its data not
-downloadable) has none; a run committed later enters at the next `make dvc.yaml` (the check below names it).
-A stage's `outs:` are the files its tables (or toys) write: each table's CSV, Markdown and figures
-(fedbayes.study.table_figures), the headline table's curve CSVs (fedbayes.reports.headline.plot_files), a
-toy's figures (fedbayes.reports.toys.TOYS).
+A table stage's `params:` are the keys its jobs read: the run settings, the selection rule, the tables' own
+`tables.<name>` specs, the experiments the tables run and those they take their selection from
+(fedbayes.study ``comparable_experiments``, ``selection_from``), and the tables' methods those experiments
+run (a table reads only its own methods' runs: workflow/rules/report.smk); the headline table's stage also
+reads `headline`, a toy's stage its `toys.<name>` block. So an edit marks in `dvc status` the stages whose
+tables Snakemake reruns, and no other. DVC splits a key at its dots: a dot in a name is written `?` (DVC
+matches keys as globs), e.g. `experiments.fmnist10-labeldir0?01-k20`.
 
-    python workflow/dvc_stages.py           # rewrite the generated parts of the stages (`make dvc.yaml`)
+Its `deps:` are the raw data its experiments read that the `data` stage fetches, the workflow and the
+package (and the folders of the plug-ins whose methods it shows), the paper files its tables read (their
+notes, the published values they cite, the authors' code cells), and the committed runs its tables read:
+the folder ``<runs>/<experiment>/<method>`` of each of its experiments × its tables' methods that git holds
+files under (without git: that holds a run file on disk), so a deleted or damaged run.json, history.csv,
+metrics.json or selected.json flags the stage in `dvc status`, as it makes Snakemake rerun the run. Only
+folders that exist are listed: DVC refuses a stage whose dependency is missing after its command ran, and an
+experiment never run here (its data not downloadable) has none; a run committed later enters at the next
+`make dvc.yaml` (the check below names it). Its `outs:` are the files its tables write: each table's CSV,
+Markdown and figures (fedbayes.study.table_figures), the headline table's curve CSVs
+(fedbayes.reports.headline.plot_files); a toy's, its CSV, Markdown and figures (fedbayes.reports.toys.TOYS).
+
+    python workflow/dvc_stages.py           # write the generated stages (`make dvc.yaml`)
     python workflow/dvc_stages.py --check   # exit 1, naming the stages, where dvc.yaml differs
 
 Each table stage runs the check before Snakemake, so a table that gained an experiment after dvc.yaml was
@@ -34,6 +43,7 @@ import argparse
 import fnmatch
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,49 +176,151 @@ def block(text: str, stage: str, name: str) -> re.Match | None:
     return re.search(rf"^  {re.escape(stage)}:\n(?:(?!  \S).*\n)*?    {name}:\n((?:      .*\n)*)", text, re.M)
 
 
+BEGIN = ("  # ---- generated stages: written whole by `make dvc.yaml` (workflow/dvc_stages.py) from params.yaml's\n"
+         "  # tables and the paper folders (papers/<paper>/); edit those, not these\n")
+END = "  # ---- end of the generated stages\n"
+CODE = ["Snakefile", "workflow", "profiles", "src/fedbayes"]   # what every table job runs
+SCORECARD_CODE = ["src/fedbayes/reports/scorecard.py", "src/fedbayes/reports/tally.py", "src/fedbayes/reports/claims.py"]
+
+
+def paper_of(name: str, root: Path) -> str | None:
+    """The paper whose folder holds table ``name`` (``<paper>/<table>`` with a ``papers/<paper>/published.yaml``),
+    or None."""
+    paper = name.split("/")[0] if "/" in name else None
+    return paper if paper and (root / "papers" / paper / "published.yaml").is_file() else None
+
+
+def table_stages(p: dict, root: Path) -> dict[str, list[str]]:
+    """``{stage: its tables}`` in params.yaml's order: a paper's tables in ``<paper>_tables``, the headline table
+    (outside a paper folder) in a stage named after it, any other table in ``table_<name>``."""
+    headline = (p.get("headline") or {}).get("table")
+    stages: dict[str, list[str]] = {}
+    for name in p["tables"]:
+        paper = paper_of(name, root)
+        stage = (f"{paper}_tables" if paper else re.sub(r"[^A-Za-z0-9_]", "_", name) if name == headline
+                 else "table_" + re.sub(r"[^A-Za-z0-9_]", "_", name))
+        stages.setdefault(stage, []).append(name)
+    return stages
+
+
+def data_deps(p: dict, names: list[str], data_outs: list[str]) -> list[str]:
+    """The `data` stage's outputs (``<raw>/<dataset>``) that the tables' experiments (and those they take
+    their selection from) read."""
+    from fedbayes.study import comparable_experiments, paths
+    from fedbayes.workflow.plan import experiment_datasets
+
+    raw = paths({**p, "scale": "paper"})["raw"]
+    read = {f"{raw}/{d}" for name in names for e in comparable_experiments(p["tables"][name])
+            for x in (e, p["experiments"][e].get("selection_from")) if x for d in experiment_datasets(p, x)}
+    return [o for o in data_outs if o in read]
+
+
+def paper_deps(p: dict, names: list[str], root: Path) -> list[str]:
+    """The paper files the tables read: their notes, the published values they cite (``published:``
+    ``<paper>:<table>`` → ``papers/<paper>/published.yaml``) and every paper's authors' code cells."""
+    files = [p["tables"][n]["notes"] for n in names if p["tables"][n].get("notes")]
+    files += [f"papers/{ref.split(':')[0]}/published.yaml" for n in names for ref in p["tables"][n].get("published", [])]
+    files += sorted(f.relative_to(root).as_posix() for f in (root / "papers").glob("*/authors_code.yaml"))
+    return list(dict.fromkeys(files))
+
+
+def table_stage(p: dict, stage: str, names: list[str], committed: set[tuple[str, str]], data_outs: list[str],
+                root: Path) -> str:
+    """dvc.yaml's stage asking Snakemake for the tables ``names``: its command, deps, params, outs (and the
+    headline table's metrics)."""
+    headline = (p.get("headline") or {}).get("table") in names
+    paper = paper_of(names[0], root)
+    if paper:
+        from fedbayes.fileio import load_yaml
+
+        title = load_yaml((root / "papers" / paper / "published.yaml").read_text()).get("title", paper)
+        about = f"{title}: the tables of papers/{paper}/"
+    elif headline:
+        about = "The headline table (params.yaml `headline`), with its DVC metrics and plots"
+    else:
+        about = "A table of no paper folder (a user's own)"
+    targets = [f"${{reports_dir}}/{n}.csv" for n in names] + (["${reports_dir}/metrics"] if headline else [])
+    code = [*CODE, *dict.fromkeys(f for n in names for f in plugin_folders(p, n, root))]
+    runs = stage_runs(p, names, committed)
+    out = (f"  {stage}:\n" + "".join(f"    # {line}\n" for line in textwrap.wrap(about + ".", 104))
+           + f"    cmd: python3 workflow/dvc_stages.py --check && snakemake --cores all {' '.join(targets)}\n"
+           "    deps:\n" + "".join(f"      - {d}\n" for d in [*data_deps(p, names, data_outs), *code, *paper_deps(p, names, root)])
+           + (RUNS_HEADER + "".join(f"      - {d}\n" for d in runs) if runs else "")
+           + "    params:\n" + render(stage_params(p, names))
+           + "    outs:\n" + render_outs(stage_outs(p, names, [])))
+    if headline:
+        out += ("    metrics:\n      - ${reports_dir}/metrics:      # <experiment>/<method>.json: a row each in "
+                "`dvc metrics show`\n          cache: false\n")
+    return out
+
+
+def scorecard_stage(p: dict, root: Path) -> str:
+    """dvc.yaml's scorecard stage: reports/README.md from every table's CSV, the causes files (the
+    scorecard's, then each paper's), its alternate columns, its code and every paper's published values."""
+    from fedbayes.study import paths
+
+    reports = paths({**p, "scale": "paper"})["reports"]
+    sc = p.get("scorecard") or {}
+    papers = dict.fromkeys(x for n in p["tables"] if (x := paper_of(n, root)))
+    deps = [f"{reports}/{n}.csv" for n in p["tables"]]
+    deps += [sc["causes"]] if sc.get("causes") else []
+    deps += [f"papers/{x}/causes.yaml" for x in papers if (root / "papers" / x / "causes.yaml").is_file()]
+    deps += [a["csv"] for a in sc.get("alternates", [])]
+    deps += [*SCORECARD_CODE, *sorted(f.relative_to(root).as_posix() for f in (root / "papers").glob("*/published.yaml"))]
+    return ("  scorecard:\n"
+            f"    # {reports}/README.md: which published cells come back (counted from every table above), why the\n"
+            "    # others do not (the causes files), and the papers' claims checked on our numbers.\n"
+            f"    cmd: snakemake --cores all {reports}/README.md\n"
+            "    deps:\n" + "".join(f"      - {d}\n" for d in deps)
+            + "    params:\n      - scorecard\n"
+            + f"    outs:\n      - {reports}/README.md:\n          cache: false\n")
+
+
+def generated_stages(p: dict, committed: set[tuple[str, str]], data_outs: list[str], root: Path) -> dict[str, str]:
+    """``{stage: its text}``: every table stage, then the scorecard's."""
+    out = {s: table_stage(p, s, names, committed, data_outs, root) for s, names in table_stages(p, root).items()}
+    if p.get("scorecard") is not None:
+        out["scorecard"] = scorecard_stage(p, root)
+    return out
+
+
+def stage_blocks(text: str) -> dict[str, str]:
+    """``{stage: its lines}`` of a run of stages (each from its ``  <name>:`` line to the next)."""
+    starts = [m for m in re.finditer(r"^  ([^\s#][^:]*):\n", text, re.M)]
+    return {m.group(1): text[m.start():(starts[i + 1].start() if i + 1 < len(starts) else len(text))]
+            for i, m in enumerate(starts)}
+
+
 def generate(text: str, p: dict, root: Path = ROOT) -> tuple[str, list[str]]:
-    """dvc.yaml's ``text`` with every table stage's params list, committed-run deps and outs generated (a
-    toy stage's params and outs); the stages it changed."""
+    """dvc.yaml's ``text`` with its generated stages written again, and the params and outs of its other
+    (toy) stages; the stages it changed (added, rewritten or removed)."""
     import yaml
 
+    root = Path(root)
+    m = re.search(rf"^{re.escape(BEGIN)}((?:.*\n)*?){re.escape(END)}", text, re.M)
+    if not m:
+        raise SystemExit(f"dvc.yaml: no generated stages under stages: (the lines {BEGIN.strip()!r} and "
+                         f"{END.strip()!r}); add the two lines where the table stages go")
     committed = committed_runs(root, paths_runs(p))
-    changed = []
-    for stage, body in yaml.safe_load(text)["stages"].items():
-        cmd = str(body.get("cmd", ""))
-        toys = []
-        if names := stage_tables(cmd, p["tables"]):
-            keys = stage_params(p, names)
-        elif toys := stage_tables(cmd, p.get("toys", {})):   # a toy reads its own block alone
-            keys = [f"toys.{t}" for t in toys]
-        else:
+    data = (yaml.safe_load(text)["stages"].get("data") or {}).get("outs", [])
+    data_outs = [next(iter(o)) if isinstance(o, dict) else o for o in data]
+    old, new = stage_blocks(m.group(1)), generated_stages(p, committed, data_outs, root)
+    changed = [s for s in new if old.get(s) != new[s]] + [s for s in old if s not in new]
+    text = text[:m.start(1)] + "".join(new.values()) + text[m.end(1):]
+    for stage, body in yaml.safe_load(text)["stages"].items():   # the hand-written ones: a toy's params, outs
+        if stage in new or not (toys := stage_tables(str(body.get("cmd", "")), p.get("toys", {}))):
             continue
         before = text
-        # the stage's `params:` block: from its line to the stage's next key (blank lines kept in it)
-        m = re.search(rf"^  {re.escape(stage)}:\n(?:(?!  \S).*\n)*?    params:\n((?:(?:      .*|\s*)\n)*?)(?=    \S)",
-                      text, re.M)
+        m = block(text, stage, "params")
         if not m:
             raise SystemExit(f"dvc.yaml: stage {stage} has no params: block to generate")
-        text = text[:m.start(1)] + render(keys) + text[m.end(1):]
-        if names:   # its deps: the hand-written ones (code, data, notes), then the committed runs
-            m = block(text, stage, "deps")
-            if not m:
-                raise SystemExit(f"dvc.yaml: stage {stage} has no deps: block to generate")
-            own = m.group(1).split(RUNS_HEADER)[0]
-            runs = stage_runs(p, names, committed)
-            text = text[:m.start(1)] + own + (RUNS_HEADER + "".join(f"      - {d}\n" for d in runs) if runs else "") \
-                + text[m.end(1):]
+        text = text[:m.start(1)] + render([f"toys.{t}" for t in toys]) + text[m.end(1):]   # a toy reads its own block alone
         m = block(text, stage, "outs")
         if not m:
             raise SystemExit(f"dvc.yaml: stage {stage} has no outs: block to generate")
-        text = text[:m.start(1)] + render_outs(stage_outs(p, names, toys)) + text[m.end(1):]
+        text = text[:m.start(1)] + render_outs(stage_outs(p, [], toys)) + text[m.end(1):]
         if text != before:
             changed.append(stage)
-    staged = {t for body in yaml.safe_load(text)["stages"].values() for t in stage_tables(str(body.get("cmd", "")), p["tables"])}
-    for name in [t for t in p["tables"] if t not in staged]:   # a table of the user's own: a stage of its own
-        stage = "table_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
-        m = re.search(r"^stages:\n(?:(?:  .*|\s*)\n)*", text, re.M)
-        text = text[:m.end()] + own_stage(p, stage, name, committed, root) + text[m.end():]
-        changed.append(stage)
     return text, changed
 
 
@@ -239,20 +351,6 @@ def plugin_folders(p: dict, name: str, root: Path) -> list[str]:
                 inside = folder.is_relative_to(root.resolve())
                 out.append(str(folder.relative_to(root.resolve()) if inside else folder))
     return list(dict.fromkeys(out))
-
-
-def own_stage(p: dict, stage: str, name: str, committed: set[tuple[str, str]], root: Path = ROOT) -> str:
-    """dvc.yaml's stage of a table no stage asks for (a user's own): Snakemake builds it, its params
-    and committed-run deps generated as every table stage's, the folders of the plug-ins whose methods it
-    shows, its CSV, Markdown and figures its outputs."""
-    runs = stage_runs(p, [name], committed)
-    code = ["Snakefile", "workflow", "profiles", "src/fedbayes", *plugin_folders(p, name, root)]
-    return (f"  {stage}:\n"
-            f"    cmd: python3 workflow/dvc_stages.py --check && snakemake --cores all ${{reports_dir}}/{name}.csv\n"
-            "    deps:\n" + "".join(f"      - {d}\n" for d in code)
-            + (RUNS_HEADER + "".join(f"      - {d}\n" for d in runs) if runs else "")
-            + "    params:\n" + render(stage_params(p, [name]))
-            + "    outs:\n" + render_outs(stage_outs(p, [name], [])))
 
 
 def main(argv=None) -> None:

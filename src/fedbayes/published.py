@@ -1,16 +1,51 @@
-"""Published numbers of the papers' tables, stored as data in ``fedbayes/papers/*.yaml``."""
+"""Published numbers of the papers' tables, stored as data in each paper's folder.
+
+A paper is one folder of the repository, ``papers/<paper>/``: its published values and claims
+(``published.yaml``), the cells measured with the authors' released code where there are some
+(``authors_code.yaml``), its reproduction notes (``NOTES.md``), the causes of its cells outside tolerance
+(``causes.yaml``) and the runs and logs behind them (``evidence/``). The folder sits beside ``src/`` rather than
+inside the package: notes and evidence are documents the reports link to, not code, and every reader (tables,
+scorecard, the workflow, dvc.yaml's generated stages) runs in the repository (the package is installed
+editable, ``pip install -e .``)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 from fedbayes.fileio import load_yaml
+
+# the repository's papers/ folder: src/fedbayes/published.py → the repository root
+PAPERS = Path(__file__).resolve().parents[2] / "papers"
+
+
+def paper_folder(name: str) -> Path:
+    """The folder of paper ``name`` (``papers/<name>/``)."""
+    return PAPERS / name
+
+
+def papers() -> list[str]:
+    """The papers with published values (a folder holding ``published.yaml``), by name."""
+    return sorted(f.parent.name for f in PAPERS.glob("*/published.yaml"))
 
 
 @lru_cache
 def load_paper(name: str) -> dict:
-    return load_yaml((resources.files("fedbayes") / "papers" / f"{name}.yaml").read_text())
+    """Paper ``name``'s published values (``papers/<name>/published.yaml``); FileNotFoundError if it has none."""
+    return load_yaml((paper_folder(name) / "published.yaml").read_text())
+
+
+@lru_cache
+def authors_code_entries() -> tuple[dict, ...]:
+    """The cells measured with the authors' released code: every paper's ``authors_code.yaml`` entries,
+    papers in name order."""
+    return tuple(e for name in papers() if (f := paper_folder(name) / "authors_code.yaml").exists()
+                 for e in load_yaml(f.read_text())["entries"])
+
+
+def authors_code_files() -> list[str]:
+    """The papers' ``authors_code.yaml`` files, relative to the repository (the tables name them)."""
+    return [f"papers/{name}/authors_code.yaml" for name in papers() if (paper_folder(name) / "authors_code.yaml").exists()]
 
 
 def published_value(refs: list[str], experiment: str, method: str, metric: str, rnd: int | None = None,
@@ -60,10 +95,10 @@ def published_rounds(refs: list[str], experiment: str) -> list[int]:
 
 def authors_code_value(experiment: str, method: str, metric: str, rnd: int, statistic: str, ddof: int = 1):
     """(mean, std over seeds (``ddof``, as the table's), n, source) of the cell measured with the authors' released code
-    (``papers/authors_code.yaml``), or None."""
+    (a paper's ``authors_code.yaml``), or None."""
     import statistics
 
-    for e in load_paper("authors_code")["entries"]:
+    for e in authors_code_entries():
         if (e["experiment"], e["method"], e["statistic"]) != (experiment, method, statistic):
             continue
         vals = (e["cells"].get(metric) or {}).get(rnd)

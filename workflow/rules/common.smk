@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from fedbayes import runpaths
+from fedbayes.published import PAPERS
 from fedbayes.study.schema import schema_file
 from fedbayes.study.stamp import write_stamp
 from fedbayes.study import (experiment_config, overlay_replacements, partition_config, paths, run_config, seeds,
@@ -118,7 +119,7 @@ def dvc_cache(wildcards):  # the command that puts a fetched folder dvc.yaml cac
 
 # Reports (report.smk)
 def in_report(path, name, caption, subcategory=None):  # marked for `snakemake --report` once built (a report runs nothing)
-    return report(path, caption=f"../report/{caption}.rst", category=plan.report_category(name, codes.ROOT / "papers"), subcategory=subcategory or name, labels={"file": Path(path).name, "table": name}) if Path(path).exists() else path
+    return report(path, caption=f"../report/{caption}.rst", category=plan.report_category(name, PAPERS), subcategory=subcategory or name, labels={"file": Path(path).name, "table": name}) if Path(path).exists() else path
 
 
 def table_status(experiments):  # the data status of every dataset of the table's experiments

@@ -9,7 +9,7 @@
 #
 # `snakemake --report report.html` is the browsable view of the results: every figure, sweep report and
 # notes file is marked with report() (tables as rendered pages: report_pages.smk), in a category per paper (its title
-# from src/fedbayes/papers/<paper>.yaml) and a subcategory per table; captions in workflow/report/.
+# from papers/<paper>/published.yaml) and a subcategory per table; captions in workflow/report/.
 
 
 TABLE_PAIRS = {}  # table -> {experiment: [methods with runs]} (the headline rule reads the same runs)
@@ -82,7 +82,8 @@ for _toy in config.get("toys", {}):
 
 
 # The reproduction scorecard: every table's published cells counted by verdict, the causes of the cells
-# outside tolerance (params `scorecard.causes`) and the papers' claims (papers/<paper>.yaml) checked.
+# outside tolerance (params `scorecard.causes`, then papers/<paper>/causes.yaml: in the scorecard's code)
+# and the papers' claims (papers/<paper>/published.yaml) checked.
 _SC = config.get("scorecard", {})
 SCORECARD = f"{REPORTS}/README.md"
 

@@ -18,7 +18,7 @@ rule report_page:
         code=fixed(CODE["report_page"]),
     output:
         report(f"{WORK}/report/{{page}}.html", caption="../report/page.rst",
-               category=lambda wc: SCORECARD_CATEGORY if wc.page == "README.md" else plan.report_category(page_of(wc), codes.ROOT / "papers"),
+               category=lambda wc: SCORECARD_CATEGORY if wc.page == "README.md" else plan.report_category(page_of(wc), PAPERS),
                subcategory=lambda wc: "scorecard (reports/README.md)" if wc.page == "README.md" else page_of(wc),
                labels=lambda wc: {"page": wc.page, "shows": f"rendered {wc.page.rsplit('.', 1)[-1]}"}),
     wildcard_constraints:

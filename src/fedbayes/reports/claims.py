@@ -1,4 +1,4 @@
-"""The papers' headline claims (``claims:`` of ``fedbayes/papers/<paper>.yaml``), checked on our
+"""The papers' headline claims (``claims:`` of ``papers/<paper>/published.yaml``), checked on our
 numbers and on the published ones (:func:`check_claim`): "A beats each of B, C by at least m points of
 the metric at round r on experiments X, Y"; and the data-free targets' (params ``toys``) published cells
 and figure claims (:func:`toy_results`)."""
@@ -111,7 +111,7 @@ def paper_claims(papers: list[str]) -> list[tuple[str, dict]]:
 
 class FigureClaim(ClaimResult):
     """A paper's claim about one of its figures, checked on the toy's own verdict column (the toy reads the
-    claim and its threshold from papers/<paper>.yaml `figure_claims`)."""
+    claim and its threshold from papers/<paper>/published.yaml `figure_claims`)."""
 
     @property
     def ours(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedbayes.fileio import load_yaml, write_text_atomic
-from fedbayes.published import load_paper
+from fedbayes.published import load_paper, paper_folder
 from fedbayes.reports.claims import FigureClaim, check_claim, paper_claims, toy_results
 from fedbayes.reports.tally import (_cause_of, _cell_key, cause_counts, counts, distinct, paper_of, per_number,
                                     published_cells, read_table, substitute_cells, table_order)
@@ -32,6 +32,15 @@ def _link(target: str | Path, reports: Path) -> str:
     import os
 
     return os.path.relpath(target, reports).replace(os.sep, "/")
+
+
+def causes_of(sc: dict, names: list[str]) -> list[dict]:
+    """The causes of cells outside tolerance, first match wins: the scorecard's file (params ``scorecard.causes``:
+    cells several papers' tables print), then each paper's own ``papers/<paper>/causes.yaml``, papers in
+    the order of their tables."""
+    files = [Path(sc["causes"])] if sc.get("causes") else []
+    files += [paper_folder(pp) / "causes.yaml" for pp in dict.fromkeys(paper_of(t) for t in names)]
+    return [c for f in files if f.exists() for c in load_yaml(f.read_text()).get("causes", [])]
 
 
 def _fmt(x, digits=2) -> str:
@@ -120,10 +129,10 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
                           "runs on stand-in data only; its tables say what ran")
     out = Path(out)
     sc = p.get("scorecard", {})
-    causes = load_yaml(Path(sc["causes"]).read_text()).get("causes", []) if sc.get("causes") and Path(sc["causes"]).exists() else []
     reports = Path(paths(p)["reports"])
     frames, all_cells, subs = {}, [], {}
     names = table_order(p["tables"])
+    causes = causes_of(sc, names)
     for name in names:
         spec = p["tables"][name]
         df = read_table(p, name)

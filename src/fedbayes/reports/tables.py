@@ -18,7 +18,7 @@ import pandas as pd
 from fedbayes.study import split_variant
 from fedbayes.study import STAND_IN, comparable_experiments, experiment_config, paths, seeds, stand_in_size, table_figures
 from fedbayes.fileio import write_text_atomic
-from fedbayes.published import authors_code_value, published_rounds, published_value
+from fedbayes.published import authors_code_files, authors_code_value, published_rounds, published_value
 from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,
                                     experiment_status, rounds_to_target, within)
 from fedbayes.reports.escape import md_document, md_text
@@ -388,7 +388,7 @@ def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
     theirs = df[df.authors_code_source != ""][["experiment", "method", "authors_code_source"]].drop_duplicates()
     if not theirs.empty:
         lines += ["\"Authors' code\": the same cell measured with the authors' released code, run outside this "
-                  "repository on its own draws of the data (src/fedbayes/papers/authors_code.yaml):"]
+                  f"repository on its own draws of the data ({', '.join(authors_code_files())}):"]
         # a list item each: consecutive plain lines would render as one paragraph
         lines += [""] + [f"- {r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
     lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)

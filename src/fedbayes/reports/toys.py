@@ -153,7 +153,7 @@ def bayesadmm_figures(p: dict, out: str | Path) -> pd.DataFrame:
              "Figures: `reports/figures/bayesadmm_fig3b.png` (one-step convergence, federated ridge regression), "
              "`bayesadmm_fig4.png` (2-D logistic regression with an outlier), `bayesadmm_fig3a.png` "
              "(Bayesian logistic regression, variational objective vs round).", "",
-             "The paper's claim beside a row (src/fedbayes/papers/bayesadmm.yaml `figure_claims`, with the "
+             "The paper's claim beside a row (papers/bayesadmm/published.yaml `figure_claims`, with the "
              "threshold it is read at) and whether it holds on our value; a blank round is never within the "
              "figure's rounds. Fig. 3a's text states no number to check.", "",
              "| figure | quantity | value | paper's claim | verdict |", "|---|---|---|---|---|"]

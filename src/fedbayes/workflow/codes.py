@@ -97,23 +97,24 @@ def _closure(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
     return tuple(sorted(str(modules[m]) for m in seen))
 
 
-def data_files(parts, root: Path = ROOT) -> list[Path]:
-    """Package data a rule reads (``papers`` → every ``papers/*.yaml``): a folder's YAML files, or a file."""
-    files = []
-    for part in parts:
-        p = root / part
-        files += sorted(f for f in (p.rglob("*.yaml") if p.is_dir() else [p]))
-    return files
+def data_files(parts, repo: Path) -> list[Path]:
+    """Data a rule reads: files of the repository ``repo`` matching each glob (``papers/*/published.yaml``:
+    every paper's published values)."""
+    return [f for part in parts for f in sorted(repo.glob(part))]
 
 
 def rule_code(entries, data=(), root: Path = ROOT) -> list[str]:
-    """The sources a rule runs (``closure`` of its entry modules) and the package data it reads."""
-    return sorted({str(f) for f in [*closure(entries, root), *data_files(data, root)]})
+    """The sources a rule runs (``closure`` of its entry modules under the package ``root``) and the data it
+    reads (relative to the repository holding the package, ``src/<package>``)."""
+    return sorted({str(f) for f in [*closure(entries, root), *data_files(data, Path(root).parents[1])]})
 
 
 def code_hash(files, root: Path = ROOT) -> str:
-    """Content hash of package files, by their path relative to the package (the same in any clone)."""
-    rel = sorted((str(Path(f).resolve().relative_to(Path(root).resolve())), Path(f)) for f in files)
+    """Content hash of files, by their path relative to the package (the same in any clone; a file outside
+    it, a paper's data, as ``../../papers/...``)."""
+    import os
+
+    rel = sorted((os.path.relpath(Path(f).resolve(), Path(root).resolve()), Path(f)) for f in files)
     h = hashlib.sha256()
     for name, f in rel:
         h.update(name.encode() + b"\0" + f.read_bytes())
@@ -125,15 +126,17 @@ def dataset_modules(datasets) -> list[str]:
     return sorted({DATASETS[d].loader.__module__ for d in datasets})
 
 
-# The code each rule runs: (its entry modules: those its CLI command calls, package data it reads).
+PUBLISHED = "papers/*/published.yaml"   # the papers' published values and claims (fedbayes.published)
+
+# The code each rule runs: (its entry modules: those its CLI command calls, the papers' data it reads).
 # tests/test_workflow_plan.py checks that the entries' import graph holds every module the command calls
 # but the command line's plumbing (COMMAND_PLUMBING).
 RULE_CODE = {
     "evaluate": (["fedbayes.eval.evaluate"], []),
     "select": (["fedbayes.reports.selection"], []),
-    "table": (["fedbayes.reports.tables", "fedbayes.reports.tally"], ["papers"]),
-    "toy": (["fedbayes.reports.toys"], ["papers"]),
-    "scorecard": (["fedbayes.reports.scorecard"], ["papers"]),
+    "table": (["fedbayes.reports.tables", "fedbayes.reports.tally"], [PUBLISHED, "papers/*/authors_code.yaml"]),
+    "toy": (["fedbayes.reports.toys"], [PUBLISHED]),
+    "scorecard": (["fedbayes.reports.scorecard"], [PUBLISHED, "papers/*/causes.yaml"]),
     "headline": (["fedbayes.reports.headline"], []),
     "rehearsal_summary": (["fedbayes.reports.rehearsal"], []),
     "partition": (["fedbayes.engine.partitions"], []),

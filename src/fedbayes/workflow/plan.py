@@ -137,12 +137,12 @@ def import_groups(params: dict, rehearsal_group: str | None) -> dict[str, dict[s
 
 
 def report_category(name: str, papers: Path) -> str:
-    """The report category of a table or toy: its paper's title (``papers/<paper>.yaml``), or "Headline
-    benchmark" for a table outside any paper's folder."""
+    """The report category of a table or toy: its paper's title (``<papers>/<paper>/published.yaml``), or
+    "Headline benchmark" for a table outside any paper's folder."""
     if "/" not in name:
         return "Headline benchmark"
     paper = name.split("/")[0]
-    return _paper_title(str(Path(papers) / f"{paper}.yaml"), paper)
+    return _paper_title(str(Path(papers) / paper / "published.yaml"), paper)
 
 
 @functools.lru_cache(maxsize=None)
