@@ -236,6 +236,45 @@ def test_the_workflows_numerics_check_adopts_same_numbers_and_names_the_first_ot
         f"fedprox: no numerics golden {empty / golden_name('fedprox')} and no run configuration to make one")
 
 
+def test_a_baseline_this_code_wrote_on_another_class_gates_no_one_who_changed_nothing(tmp_path, monkeypatch):
+    """The workflow's own baseline (a run's path no committed golden covers) written on one machine class and
+    replayed on another by the same code: its differences are the machine's alone, even where its training
+    carries round-off beyond the committed goldens' envelope (BayesADMM's rehearsal path under
+    ATEN_CPU_CAPABILITY=default: 10x it). The check passes within round-off and records this class's golden,
+    which the next check compares bit for bit. Had the code changed too, the envelope gates as before."""
+    import fedbayes.engine.goldens as goldens
+    from fedbayes.engine.goldens import golden_name, numerics_check
+    from fedbayes.machine import class_slug, machine_class
+
+    record, empty = tmp_path / "work" / "fedavg.json", tmp_path / "none"
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
+    assert numerics_check("fedavg", empty, record, hp) is None
+    baseline = record.parent / golden_name("fedavg")
+    # the baseline and its check as another class left them: its values apart beyond the envelope
+    other = {**machine_class(), "aten": "AVX512", "model": 999}
+    golden = json.loads(baseline.read_text())
+    golden["machine"] = other
+    golden["history"][2]["train/loss"] = str(float(golden["history"][2]["train/loss"]) * (1 + 1e-4))
+    baseline.write_text(json.dumps(golden))
+    rec = json.loads(record.read_text())
+    code = goldens.code_fingerprint("fedavg").rpartition("/")[0]
+    rec["fingerprint"] = f"{code}/{class_slug(other)}"
+    record.write_text(json.dumps(rec))
+    assert numerics_check("fedavg", empty, record) is None
+    got = json.loads(record.read_text())
+    assert got["result"] == "within round-off" and got["roundoff"][0]["same_code"]
+    mine = record.parent / class_slug(machine_class()) / golden_name("fedavg")
+    assert mine.exists()
+    assert numerics_check("fedavg", empty, record) is None                 # this class's own golden: bits
+    assert json.loads(record.read_text())["result"] == "bit-identical"
+    # the same baseline, with a record of other code: the envelope gates
+    mine.unlink()
+    rec["fingerprint"] = f"{'0' * 16}/-/v1.1/{class_slug(other)}"
+    record.write_text(json.dumps(rec))
+    problem = numerics_check("fedavg", empty, record)
+    assert problem.startswith("fedavg's numbers changed without a numerics version bump: round 2: train/loss"), problem
+
+
 def test_every_method_with_committed_runs_is_replayed():
     """A method that gets committed paper-scale runs also gets a replayed one here."""
     have = {p.parent.parent.name for p in (REPO / "results" / "runs").glob("*/*/*/seed*") if "smoke" not in p.parts}
