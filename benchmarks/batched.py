@@ -40,13 +40,14 @@ from roofline import PROTOCOLS, cpu_name, make_data, pick_point  # noqa: E402
 
 def run_once(cfg: dict, data, device, batch: bool) -> dict:
     from fedbayes.engine import run_federated
+    from fedbayes.study.model import RunSpec
 
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        hist = run_federated(cfg, data, tmp, device, log=lambda m: None, batch_clients=batch)
+        hist = run_federated(RunSpec.from_config(cfg), data, tmp, device, log=lambda m: None, batch_clients=batch)
         post = torch.load(Path(tmp) / "posterior.pt", map_location="cpu")
         run = json.loads((Path(tmp) / "run.json").read_text())
     wall = time.perf_counter() - t0

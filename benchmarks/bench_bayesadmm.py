@@ -23,11 +23,12 @@ import torch
 from bench_fedavg import make_data
 from fedbayes.study import load_params, run_config, sweep_points
 from fedbayes.engine import pick_device, run_federated
+from fedbayes.study.model import RunSpec
 
 
 def per_round(cfg, data, device) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        hist = run_federated(cfg, data, tmp, device, log=lambda m: None)
+        hist = run_federated(RunSpec.from_config(cfg), data, tmp, device, log=lambda m: None)
     timed = [h for h in hist if "time_s" in h][1:]  # round 1 carries one-time costs (kernel loading, compilation)
     return float(np.mean([h["time_s"] for h in timed])), float(np.mean([h["eval_s"] for h in timed]))
 

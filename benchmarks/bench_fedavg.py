@@ -24,6 +24,7 @@ import torch
 from fedbayes import data as ds
 from fedbayes.study import experiment_config, load_params, run_config, sweep_points
 from fedbayes.engine import RunData, pick_device, preprocess, run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.engine import seeds as S
 from fedbayes.models import build_model
 from fedbayes.partition import make_partition, subsample
@@ -98,7 +99,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        hist = run_federated(cfg, data, tmp, device, log=lambda m: None)
+        hist = run_federated(RunSpec.from_config(cfg), data, tmp, device, log=lambda m: None)
         total = time.perf_counter() - t0
     train_s = np.mean([h["time_s"] for h in hist[1:]])
     eval_s = np.mean([h["eval_s"] for h in hist])

@@ -18,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 from roofline import make_data
 from fedbayes.study import load_params, run_config
 from fedbayes.engine import pick_device, run_federated
+from fedbayes.study.model import RunSpec
 
 
 def main():
@@ -34,11 +35,11 @@ def main():
     data = make_data(p, args.experiment, cfg, device)
     cfg["rounds"], cfg["save_rounds"] = 1, [1]
     with tempfile.TemporaryDirectory() as tmp:
-        run_federated(cfg, data, f"{tmp}/warm", device, log=lambda m: None)
+        run_federated(RunSpec.from_config(cfg), data, f"{tmp}/warm", device, log=lambda m: None)
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         t0 = time.perf_counter()
         with profile(activities=acts) as prof:
-            hist = run_federated(cfg, data, f"{tmp}/run", device, log=lambda m: None)
+            hist = run_federated(RunSpec.from_config(cfg), data, f"{tmp}/run", device, log=lambda m: None)
         wall = time.perf_counter() - t0
     print(f"{args.experiment} {args.method} on {device}: round 1 train {hist[1]['time_s']:.2f} s, "
           f"eval {hist[1]['eval_s']:.2f} s ({wall:.1f} s profiled in all)")

@@ -149,8 +149,8 @@ def instrument(meter: Meter, macs_per_row: int, n_classes: int):
 
     build_method = loop.build_method
 
-    def counting_build_method(name, fm, hp, sizes, context=None):
-        m = build_method(name, fm, hp, sizes, context)
+    def counting_build_method(spec, fm, hp, sizes, context=None):
+        m = build_method(spec, fm, hp, sizes, context)
         hp = m.hp
         broadcast, client_update, server_update, predict = m.broadcast, m.client_update, m.server_update, m.predict_logits
 
@@ -230,6 +230,7 @@ def make_data(p: dict, experiment: str, cfg: dict, device):
 def measure(p: dict, name: str, experiment: str, method: str, changes: dict, args) -> dict:
     from fedbayes.study import run_config
     from fedbayes.engine import pick_device, run_federated
+    from fedbayes.study.model import RunSpec
     from fedbayes.models import build_model
 
     point = pick_point(p, experiment, method)
@@ -258,7 +259,7 @@ def measure(p: dict, name: str, experiment: str, method: str, changes: dict, arg
     undo = instrument(meter, macs, data.n_classes)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            hist = run_federated(cfg, data, tmp, device, log=lambda m: None)
+            hist = run_federated(RunSpec.from_config(cfg), data, tmp, device, log=lambda m: None)
     finally:
         undo()
     measured = list(range(args.warmup + 1, rounds + 1))

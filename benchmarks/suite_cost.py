@@ -209,6 +209,7 @@ def measure_row(args, e: str, m: str) -> dict:
     from fedbayes.study import experiment_config, load_params, partition_config, run_config, save_rounds, sweep_points
     from fedbayes.data.root import fetch_dataset, open_data_root
     from fedbayes.engine import loop, seeds
+    from fedbayes.study.model import RunSpec
     from fedbayes.engine.data import load_run_data
     from fedbayes.engine.partitions import build_partition
 
@@ -308,7 +309,7 @@ def measure_row(args, e: str, m: str) -> dict:
         loop.build_method, loop.predict = build_method, predict
         try:
             t0 = time.perf_counter()
-            hist = loop.run_federated(cfg, data, f"{tmp}/run", device, log=log,
+            hist = loop.run_federated(RunSpec.from_config(cfg), data, f"{tmp}/run", device, log=log,
                                       batch_clients={"auto": None, True: True, False: False}[p.get("batch_clients", "auto")])
             t_run = time.perf_counter() - t0
         finally:

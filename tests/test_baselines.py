@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.engine.loop import hold_out
 from fedbayes.methods import build_method
 from fedbayes.methods.core.base import ClientData
@@ -176,7 +177,7 @@ def test_hold_out_takes_a_share_of_every_client():
 def test_baselines_learn_through_the_engine_with_local_accuracy(name, hp, synthetic_run_data, cfg_factory, tmp_path):
     cfg = cfg_factory(method=name, rounds=5, local_eval=True,
                       hparams={"optimizer": "sgd", "lr": 0.05, "batch_size": 16, "local_epochs": 2, **hp})
-    hist = run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=lambda *_: None)
+    hist = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path, torch.device("cpu"), log=lambda *_: None)
     assert hist[-1]["test/acc"] > hist[0]["test/acc"] + 0.1
     assert all(0 <= h["local/acc"] <= 1 for h in hist[1:])
     sizes = __import__("json").loads((tmp_path / "run.json").read_text())["client_sizes"]
@@ -188,5 +189,5 @@ def test_local_accuracy_of_one_client_is_the_global_accuracy(synthetic_run_data,
     data = synthetic_run_data
     data.parts = [np.concatenate(data.parts)]
     cfg = cfg_factory(method="fedavg", rounds=2, clients=1, local_eval=True)
-    hist = run_federated(cfg, data, tmp_path, torch.device("cpu"), log=lambda *_: None)
+    hist = run_federated(RunSpec.from_config(cfg), data, tmp_path, torch.device("cpu"), log=lambda *_: None)
     assert [h["local/acc"] for h in hist[1:]] == pytest.approx([h["test/acc"] for h in hist[1:]])

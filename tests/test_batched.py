@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.methods.core.local import minibatch_plan, minibatches
 
 CPU = torch.device("cpu")
@@ -38,8 +39,10 @@ def test_batched_run_matches_sequential(tmp_path, synthetic_run_data, cfg_factor
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 16, "local_epochs": 2, "client_optimizer": client_optimizer}
     cfg = cfg_factory(hparams=hp)
     assert len({len(p) for p in synthetic_run_data.parts}) > 1          # the clients' step counts differ
-    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    seq = run_federated(RunSpec.from_config(cfg),
+                        synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(RunSpec.from_config(cfg),
+                        synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
     for a, b in zip(seq, bat):
         for key in ("test/acc", "test/nll", "train/loss"):
             if key in a:
@@ -55,8 +58,10 @@ def test_fedprox_batches_its_proximal_term(tmp_path, synthetic_run_data, cfg_fac
     numbers up to round-off, every round batched."""
     cfg = cfg_factory(method="fedprox", rounds=3, save_rounds=[3],
                       hparams={**cfg_factory()["hparams"], "alpha": 0.5, "local_epochs": 2})
-    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    seq = run_federated(RunSpec.from_config(cfg),
+                        synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(RunSpec.from_config(cfg),
+                        synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
     for a, b in zip(seq, bat):
         assert b["test/nll"] == pytest.approx(a["test/nll"], rel=1e-4, abs=1e-4)
     ws = [torch.load(tmp_path / r / "posterior.pt")["w"] for r in ("seq", "bat")]
@@ -69,8 +74,8 @@ def test_a_term_without_a_batched_form_trains_one_by_one(tmp_path, synthetic_run
     loop, bit for bit."""
     cfg = cfg_factory(method="fedprox", rounds=2, save_rounds=[2],
                       hparams={**cfg_factory()["hparams"], "alpha": 0.1, "prox_norm": "unsquared"})
-    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
-    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
+    a = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
+    b = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/acc") for r in a] == [r.get("test/acc") for r in b]
     assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
 
@@ -80,8 +85,8 @@ def test_unbatchable_hyperparameters_fall_back(tmp_path, synthetic_run_data, cfg
     trains one by one, bit for bit the sequential run."""
     cfg = cfg_factory(rounds=2, save_rounds=[2], hparams={**cfg_factory()["hparams"], "lr_schedule": "linear_local",
                                                           "lr_final": 0.0001})
-    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
-    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
+    a = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
+    b = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
 
 
@@ -89,8 +94,8 @@ def assert_batched_is_sequential(cfg, data, tmp_path, *, nll_tol: float, state_t
     """Train ``cfg`` one by one and together: every round's test NLL within ``nll_tol`` (relative and
     absolute), every floating tensor of the final server state within ``state_tol`` of its largest
     magnitude (at least 1), and ``batched_rounds`` rounds recorded as batched."""
-    seq = run_federated(cfg, data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    seq = run_federated(RunSpec.from_config(cfg), data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(RunSpec.from_config(cfg), data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
     for a, b in zip(seq, bat):
         assert b["test/nll"] == pytest.approx(a["test/nll"], rel=nll_tol, abs=nll_tol), a["round"]
     post = [torch.load(tmp_path / r / "posterior.pt") for r in ("seq", "bat")]
@@ -127,8 +132,10 @@ def test_ivon_methods_batch_to_the_sequential_numbers(name, extra, tmp_path, syn
     over = {"participation": 0.5} if name == "fedivon" else {}
     cfg = cfg_factory(method=name, hparams=hp, **over)
     assert len({len(p) for p in synthetic_run_data.parts}) > 1
-    seq = run_federated(cfg, synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
-    bat = run_federated(cfg, synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
+    seq = run_federated(RunSpec.from_config(cfg),
+                        synthetic_run_data, tmp_path / "seq", CPU, log=lambda m: None, batch_clients=False)
+    bat = run_federated(RunSpec.from_config(cfg),
+                        synthetic_run_data, tmp_path / "bat", CPU, log=lambda m: None, batch_clients=True)
     for a, b in zip(seq, bat):
         for key in ("test/acc", "test/nll", "train/loss", "mean/test/nll"):
             if key in a:
@@ -184,8 +191,8 @@ def test_a_model_that_draws_trains_one_by_one(method, tmp_path, synthetic_run_da
                          "h0": 1.0, "pred_samples": 2}}.get(method, {})
     cfg = cfg_factory(method=method, rounds=2, save_rounds=[2], model={"name": "cnn_dropout"},
                       hparams={**cfg_factory()["hparams"], **extra})
-    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
-    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
+    a = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
+    b = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
     assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
 
@@ -215,8 +222,8 @@ def test_an_unsquared_proximal_term_trains_one_by_one(tmp_path, synthetic_run_da
     one under the batched switch, bit for bit the sequential run."""
     cfg = cfg_factory(method="fedlap", rounds=2, save_rounds=[2],
                       hparams={**cfg_factory()["hparams"], "delta": 0.1, "rho": "data", "prox_norm": "unsquared"})
-    a = run_federated(cfg, synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
-    b = run_federated(cfg, synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
+    a = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "a", CPU, log=lambda m: None, batch_clients=True)
+    b = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "b", CPU, log=lambda m: None, batch_clients=False)
     assert [r.get("test/nll") for r in a] == [r.get("test/nll") for r in b]
     assert "batched_rounds" not in json.loads((tmp_path / "a" / "run.json").read_text())
 

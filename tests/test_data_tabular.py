@@ -283,6 +283,7 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     from fedbayes.engine.partitions import data_root, ensure_partition, write_partition
     from fedbayes.study import run_config
     from fedbayes.engine import load_run_data, run_federated
+    from fedbayes.study.model import RunSpec
     from fedbayes.partition import load_partition
 
     mirror, _ = heart_mirror
@@ -310,6 +311,6 @@ def test_flamby_experiment_runs_end_to_end(tmp_path, heart_mirror, monkeypatch, 
     data2, m2 = load_run_data(data_root(p), cfg, (parts, meta), torch.device("cpu"))
     assert m2 == m and all(torch.equal(getattr(data, k), getattr(data2, k)) for k in ("x_train", "x_test", "y_test"))
     cfg["partition_hash"] = m["hash"]
-    hist = run_federated(cfg, data, tmp_path / "run", torch.device("cpu"))
+    hist = run_federated(RunSpec.from_config(cfg), data, tmp_path / "run", torch.device("cpu"))
     assert [h["round"] for h in hist] == [0, 1, 2, 3] and all(np.isfinite(h["test/nll"]) for h in hist)
     assert hist[-1]["train/loss"] < hist[1]["train/loss"]  # the synthetic labels are noise: it only fits

@@ -9,6 +9,7 @@ import torch
 
 from fedbayes.study import config_hash
 from fedbayes.engine import preprocess, run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.engine.loop import CHECKPOINT
 from fedbayes.methods import build_method
 from fedbayes.methods.core.base import ClientData
@@ -88,7 +89,7 @@ def test_preprocess_scales():
 
 def test_run_writes_outputs_and_learns(tmp_path, synthetic_run_data, cfg_factory):
     cfg = cfg_factory()
-    hist = run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    hist = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     df = pd.read_csv(tmp_path / "history.csv")
     assert list(df["round"]) == [0, 1, 2, 3, 4] and len(hist) == 5
     assert df["test/acc"].iloc[-1] > 0.5 > df["test/acc"].iloc[0]
@@ -104,9 +105,10 @@ def test_run_writes_outputs_and_learns(tmp_path, synthetic_run_data, cfg_factory
 
 
 def test_same_seed_same_numbers_other_seed_differs(tmp_path, synthetic_run_data, cfg_factory):
-    a = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=quiet)
-    b = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
-    c = run_federated(cfg_factory(seed=4), synthetic_run_data, tmp_path / "c", torch.device("cpu"), log=quiet)
+    a = run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=quiet)
+    b = run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
+    c = run_federated(RunSpec.from_config(cfg_factory(seed=4)),
+                      synthetic_run_data, tmp_path / "c", torch.device("cpu"), log=quiet)
     pick = lambda h: [[r[k] for k in METRIC_COLS if k in r] for r in h]  # noqa: E731
     assert pick(a) == pick(b)
     assert pick(a) != pick(c)
@@ -117,15 +119,15 @@ def test_resume_after_kill_gives_same_history(tmp_path, synthetic_run_data, cfg_
     """A killed run resumes to the uninterrupted run's numbers, also with each client's Adam state
     carried across rounds (it lives in the checkpoint's client states)."""
     cfg = cfg_factory(hparams={**cfg_factory()["hparams"], "client_optimizer": client_optimizer})
-    full = run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
+    full = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
     out = tmp_path / "killed"
-    run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
     assert (out / CHECKPOINT).exists() and not (out / "history.csv").exists()
     if client_optimizer == "persistent":
         ckpt = torch.load(out / CHECKPOINT, weights_only=True)
         assert all(int(c["opt/t"]) == 2 * -(-len(p) // 32) for c, p in zip(ckpt["clients"], synthetic_run_data.parts))
     logs = []
-    resumed = run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+    resumed = run_federated(RunSpec.from_config(cfg), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
     assert any("resuming from round 2" in m for m in logs)
     assert not any("round   1/" in m for m in logs)  # rounds 1-2 were not recomputed
     a = pd.read_csv(tmp_path / "full" / "history.csv")[["round"] + METRIC_COLS]
@@ -137,9 +139,10 @@ def test_resume_after_kill_gives_same_history(tmp_path, synthetic_run_data, cfg_
 
 
 def test_checkpoint_of_other_config_is_ignored(tmp_path, synthetic_run_data, cfg_factory):
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet, stop_after=2)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet, stop_after=2)
     logs = []
-    run_federated(cfg_factory(hparams={**cfg_factory()["hparams"], "lr": 0.01}), synthetic_run_data, tmp_path,
+    run_federated(RunSpec.from_config(cfg_factory(hparams={**cfg_factory()["hparams"], "lr": 0.01})),
+                  synthetic_run_data, tmp_path,
                   torch.device("cpu"), log=logs.append)
     assert any("another configuration" in m and "set aside" in m for m in logs)
     assert pd.read_csv(tmp_path / "history.csv")["round"].tolist() == [0, 1, 2, 3, 4]
@@ -152,11 +155,12 @@ def test_checkpoint_not_written_by_this_code_is_set_aside(tmp_path, synthetic_ru
     giving the uninterrupted run's numbers (never a mix of two versions, never a traceback)."""
     import fedbayes.engine.loop as loop
 
-    full = run_federated(cfg_factory(), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
+    full = run_federated(RunSpec.from_config(cfg_factory()),
+                         synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
     out = tmp_path / "run"
     if damage == "other code":
         monkeypatch.setattr(loop, "resume_key", lambda method=None: "0123456789abcdef/torch 0.0/numpy 0.0")
-    run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
     monkeypatch.undo()
     ckpt = out / CHECKPOINT
     if damage == "truncated":
@@ -164,7 +168,7 @@ def test_checkpoint_not_written_by_this_code_is_set_aside(tmp_path, synthetic_ru
     elif damage == "garbage":
         ckpt.write_bytes(b"not a checkpoint" * 10)
     logs = []
-    resumed = run_federated(cfg_factory(), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+    resumed = run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
     said = [m for m in logs if "set aside" in m]
     assert len(said) == 1 and str(ckpt) in said[0], logs
     assert ("other code" in said[0]) if damage == "other code" else ("unreadable" in said[0])
@@ -176,7 +180,7 @@ def test_run_json_records_code_identity_and_numerics(tmp_path, synthetic_run_dat
     from fedbayes.study import numerics
     from fedbayes.provenance import code_identity
 
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["numerics"] == numerics("fedavg")
     # the defaults it read from its spec (weight_decay 0.0, mc_round0 ...), none of what its config sets
@@ -186,14 +190,15 @@ def test_run_json_records_code_identity_and_numerics(tmp_path, synthetic_run_dat
 
 
 def test_partial_participation_samples_clients(tmp_path, synthetic_run_data, cfg_factory):
-    hist = run_federated(cfg_factory(participation=0.5), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    hist = run_federated(RunSpec.from_config(cfg_factory(participation=0.5)),
+                         synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     assert [r["clients"] for r in hist[1:]] == [2, 2, 2, 2]
 
 
 def test_diverging_run_stops_and_is_recorded(tmp_path, synthetic_run_data, cfg_factory):
     cfg = cfg_factory(hparams={"optimizer": "sgd", "lr": 1e8, "batch_size": 32, "local_epochs": 1})
     logs = []
-    hist = run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=logs.append)
+    hist = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path, torch.device("cpu"), log=logs.append)
     info = json.loads((tmp_path / "run.json").read_text())
     r = info["diverged"]["round"]
     assert 1 <= r <= 4 and info["diverged"]["reason"].startswith("non-finite")
@@ -217,7 +222,7 @@ def test_replayed_client_stream_makes_identical_clients_agree(tmp_path, syntheti
     for name, data, stream in [("four", same, "replay"), ("one", one, "replay"), ("indep", same, "independent")]:
         hp = {**cfg_factory()["hparams"], "client_stream": stream}
         cfg = cfg_factory(rounds=2, save_rounds=[2], clients=len(data.parts), hparams=hp)
-        run_federated(cfg, data, tmp_path / name, torch.device("cpu"), log=quiet)
+        run_federated(RunSpec.from_config(cfg), data, tmp_path / name, torch.device("cpu"), log=quiet)
         post[name] = torch.load(tmp_path / name / "posterior.pt")
     for k in post["one"]:
         torch.testing.assert_close(post["four"][k], post["one"][k], rtol=1e-5, atol=1e-6)
@@ -232,7 +237,7 @@ def test_sampled_predictive_only_at_the_last_round_when_mc_window_is_off(tmp_pat
     hp = {"lr": 0.1, "lr_final": 0.01, "batch_size": 32, "local_epochs": 1, "ess": 400, "h0": 1.0, "delta": 1e-3,
           "pred_samples": 3, "mc_every": 100, "mc_round0": False, "mc_window": False}
     cfg = cfg_factory(method="fedivon", hparams=hp)
-    run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     hist = pd.read_csv(tmp_path / "history.csv").set_index("round")
     assert hist["test/acc"].notna().tolist() == [False, False, False, False, True]
     assert hist["mean/test/acc"].notna().all()  # eval_every 1
@@ -285,7 +290,7 @@ def test_persistent_client_adam_equals_one_torch_adam_per_client(tmp_path, synth
     for mode in ("persistent", "fresh"):
         hp = {"optimizer": "adam", "lr": lr, "batch_size": bs, "local_epochs": 2, "client_optimizer": mode}
         cfg = cfg_factory(clients=2, rounds=rounds, save_rounds=[rounds], hparams=hp)
-        run_federated(cfg, data, tmp_path / mode, torch.device("cpu"), log=quiet)
+        run_federated(RunSpec.from_config(cfg), data, tmp_path / mode, torch.device("cpu"), log=quiet)
         post[mode] = torch.load(tmp_path / mode / "posterior.pt")["w"]
 
     torch.manual_seed(seeds.torch_seed(seed, seeds.INIT))
@@ -330,7 +335,8 @@ def test_client_rows_by_label_aligns_the_replayed_clients_label_mix(tmp_path, sy
     for rows in ("partition", "by_label"):
         seen.clear()
         hp = {**cfg_factory()["hparams"], "client_rows": rows, "client_stream": "replay"}
-        run_federated(cfg_factory(rounds=1, save_rounds=[1], hparams=hp), synthetic_run_data, tmp_path / rows,
+        run_federated(RunSpec.from_config(cfg_factory(rounds=1, save_rounds=[1], hparams=hp)),
+                      synthetic_run_data, tmp_path / rows,
                       torch.device("cpu"), log=quiet)
         for k, p in enumerate(synthetic_run_data.parts):
             y = synthetic_run_data.y_train[torch.from_numpy(p)]
@@ -345,15 +351,16 @@ def test_run_json_records_training_start_and_end_and_a_resumed_run_keeps_its_sta
     from datetime import datetime, timezone
 
     before = datetime.now(timezone.utc)
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=quiet)
     after = datetime.now(timezone.utc)
     info = json.loads((tmp_path / "a" / "run.json").read_text())
     started, finished = datetime.fromisoformat(info["started"]), datetime.fromisoformat(info["finished"])
     assert started.tzinfo is not None and before <= started <= finished <= after
     # a killed and resumed run: the start is the first process's, the end the last one's
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet, stop_after=2)
+    run_federated(RunSpec.from_config(cfg_factory()),
+                  synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet, stop_after=2)
     middle = datetime.now(timezone.utc)
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=quiet)
     info = json.loads((tmp_path / "b" / "run.json").read_text())
     assert datetime.fromisoformat(info["started"]) < middle < datetime.fromisoformat(info["finished"])
 
@@ -444,7 +451,7 @@ def test_a_blown_up_model_with_finite_weights_is_recorded_as_diverged(tmp_path, 
     monkeypatch.setattr(cls, "server_update", lambda self, server, messages, rnd: (
         lambda out: {**out, "w": out["w"] * 1e30} if rnd == 2 else out)(plain(self, server, messages, rnd)))
     logs = []
-    hist = run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=logs.append)
+    hist = run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=logs.append)
     info = json.loads((tmp_path / "run.json").read_text())
     assert info["diverged"] == {"round": 2, "reason": "non-finite predictions (test log-probabilities are NaN)"}
     assert [row["round"] for row in hist] == [0, 1, 2] and any("DIVERGED" in m for m in logs)

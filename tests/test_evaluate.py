@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.eval import evaluate as ev
 from fedbayes.eval import metrics
 from fedbayes.eval.evaluate import MetricsChanged, evaluate_run, with_training_rounds
@@ -49,7 +50,7 @@ def test_a_changed_metric_stops_evaluation_naming_the_run_the_metric_and_the_rem
 def test_every_kept_round_evaluated_equals_training_at_every_round(tmp_path, synthetic_run_data, cfg_factory):
     """Every evaluated round is kept (default ``keep_predictions: every_round``) and evaluated from its
     predictions: metrics.json's curves are training's own numbers, round for round, none taken from it."""
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     assert np.load(tmp_path / "predictions.npz")["rounds"].tolist() == [0, 1, 2, 3, 4]
     assert not (tmp_path / "predictions.rounds").exists()   # gathered into predictions.npz, then removed
     m = evaluate_run(tmp_path)
@@ -69,7 +70,7 @@ def ece_over(n_bins: int, monkeypatch) -> None:
 
 def test_a_run_keeping_its_table_rounds_follows_no_metric_change(tmp_path, synthetic_run_data, cfg_factory, monkeypatch):
     cfg = cfg_factory(keep_predictions="table_rounds")
-    run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     assert np.load(tmp_path / "predictions.npz")["rounds"].tolist() == [2, 3, 4]   # the save_rounds
     m = evaluate_run(tmp_path)
     assert list(m["rounds"]) == ["0", "1", "2", "3", "4"] and m["from_training"] == [0, 1]
@@ -84,7 +85,7 @@ def test_a_run_keeping_its_table_rounds_follows_no_metric_change(tmp_path, synth
 
 def test_a_metric_change_re_evaluates_every_round_of_a_run_keeping_them_all(tmp_path, synthetic_run_data, cfg_factory,
                                                                             monkeypatch):
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     old = evaluate_run(tmp_path)
     ece_over(10, monkeypatch)
     new = evaluate_run(tmp_path)

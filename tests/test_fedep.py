@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.methods import build_method
 from fedbayes.methods.core.base import ClientData
 from fedbayes.methods.core.base import RunContext
@@ -167,7 +168,7 @@ def test_runs_through_the_engine_and_learns(tmp_path, synthetic_run_data, cfg_fa
     cfg = cfg_factory(method=name, rounds=4, save_rounds=[4], hparams={
         "lr": 0.05, "batch_size": 32, "local_epochs": 2, "momentum": 0.9, "weight_decay": 1e-4, "cov_scale": 500.0,
         "server_lr": 0.5, "server_momentum": 0.9, "pred_samples": 3, **hp})
-    hist = run_federated(cfg, synthetic_run_data, tmp_path, torch.device("cpu"), log=lambda _: None)
+    hist = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path, torch.device("cpu"), log=lambda _: None)
     assert hist[-1]["test/acc"] > 0.3 and np.isfinite(hist[-1]["test/nll"])
     if name in ("fedep", "fedsep"):
         assert np.isfinite(hist[-1]["mc/test/nll"])

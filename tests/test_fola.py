@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.methods import build_method
 from fedbayes.methods.core.base import ClientData
 from fedbayes.methods.fedcurv.algorithm import offline_fisher
@@ -318,10 +319,12 @@ def test_learns_on_the_synthetic_task_and_resumes(name, extra, up, down, synthet
     hp = {"optimizer": "sgd", "lr": 0.1, "batch_size": 32, "local_epochs": 3, "grad_clip": 10.0,
           "lambda_prior": 10.0, **extra}
     cfg = cfg_factory(method=name, hparams=hp)
-    full = run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
+    full = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
     assert full[0]["test/acc"] < 0.3 and full[-1]["test/acc"] > 0.8  # measured: 0.97–1.0 after 4 rounds
     P = FlatModel(build_model("mlp", (28, 28), 10, hidden=[32, 16])).n_params
     assert all(r["bytes_up"] == 4 * up * 4 * P and r["bytes_down"] == 4 * down * 4 * P for r in full[1:])
-    run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None, stop_after=2)
-    resumed = run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None)
+    run_federated(RunSpec.from_config(cfg),
+                  synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None, stop_after=2)
+    resumed = run_federated(RunSpec.from_config(cfg),
+                            synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None)
     assert [r["test/nll"] for r in full] == [r["test/nll"] for r in resumed]

@@ -291,6 +291,7 @@ def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monk
     import fedbayes.study  # noqa: F401  (see test_the_example_method_steps_the_server_towards_the_average)
     from fedbayes import provenance
     from fedbayes.engine import run_federated
+    from fedbayes.study.model import RunSpec
     from fedbayes.engine.loop import CHECKPOINT
     from fedbayes.methods.spec import _load, method_specs
     from fedbayes.tracking import code_tags
@@ -317,26 +318,26 @@ def test_a_plugin_is_named_in_its_runs_mlflow_tags_and_resume_key(tmp_path, monk
 
         cfg = cfg_factory(method=KEY, rounds=3)
         out = tmp_path / "run"
-        run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
+        run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
         info = json.loads((tmp_path / "full" / "run.json").read_text())
         assert info["plugin"] == ident
         tags = code_tags(info)
         assert (tags["plugin"], tags["plugin_version"], tags["plugin_source"]) == (
             "fedbayes-example-method", "0.1.0", ident["source"])
         # a built-in method's run.json and tags: nothing new
-        run_federated(cfg_factory(rounds=1), synthetic_run_data, tmp_path / "builtin", torch.device("cpu"),
+        run_federated(RunSpec.from_config(cfg_factory(rounds=1)), synthetic_run_data, tmp_path / "builtin", torch.device("cpu"),
                       log=lambda m: None)
         builtin = json.loads((tmp_path / "builtin" / "run.json").read_text())
         assert "plugin" not in builtin and not any(k.startswith("plugin") for k in code_tags(builtin))
 
         # killed after round 1; the plug-in's code is edited; the checkpoint is not resumed onto it
-        run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=lambda m: None, stop_after=1)
+        run_federated(RunSpec.from_config(cfg), synthetic_run_data, out, torch.device("cpu"), log=lambda m: None, stop_after=1)
         algo = copy / "fedbayes_example_method" / "algorithm.py"
         algo.write_text(algo.read_text() + "\n# an edit of the plug-in's code\n")
         provenance.plugin_identity.cache_clear()
         assert provenance.plugin_identity(KEY)["source"] != ident["source"]
         logs = []
-        run_federated(cfg, synthetic_run_data, out, torch.device("cpu"), log=logs.append)
+        run_federated(RunSpec.from_config(cfg), synthetic_run_data, out, torch.device("cpu"), log=logs.append)
         said = [m for m in logs if "set aside" in m]
         assert len(said) == 1 and "other code" in said[0] and not any("resuming" in m for m in logs), logs
         assert (out / (CHECKPOINT + ".set-aside")).exists()

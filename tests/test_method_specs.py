@@ -163,6 +163,42 @@ def test_fixed_hyperparameters_are_enforced():
         build_method("fedsep_m", fm, {"optimizer": "sgd", "variant": "I"}, np.array([3]))
 
 
+def test_a_method_reads_its_own_specs_typed_hyperparameters_from_init(monkeypatch):
+    """build_method types the run's hyperparameters by the spec it is given, before the method's __init__
+    runs, loading that spec's implementation only: two specs sharing FedBE's class with different
+    defaults each get their own (a lookup of the class among the registered specs found fedbe's, whose
+    default server_unlabeled 0 FedBE's __init__ refuses), and a Method made without build_method has no
+    ``p`` to read."""
+    import numpy as np
+    import torch
+
+    from fedbayes.methods import build_method, method_specs
+    from fedbayes.methods.fedbe import Params as FedBEParams
+    from fedbayes.methods.spec import hyperparameters, like
+    from fedbayes.models import FlatModel
+
+    @hyperparameters
+    class Half(FedBEParams):
+        server_unlabeled: float = like(FedBEParams, "server_unlabeled", 0.5)
+
+    half = dataclasses.replace(method_specs()["fedbe"], key="fedbe_half", params=Half)
+    loaded = []
+    real = MethodSpec.load
+    monkeypatch.setattr(MethodSpec, "load", lambda self: loaded.append(self.key) or real(self))
+    fm, sizes = FlatModel(torch.nn.Linear(2, 2)), np.array([3, 5])
+    m = build_method(half, fm, {"optimizer": "sgd"}, sizes)
+    assert loaded == ["fedbe_half"] and type(m.p) is Half and m.p.server_unlabeled == 0.5 and m.name == "fedbe_half"
+    assert m.spec is half and dict(m.hp) == {"optimizer": "sgd"}
+    with pytest.raises(ValueError, match="fedbe needs unlabeled server data"):
+        build_method("fedbe", fm, {"optimizer": "sgd"}, sizes)   # the registered spec: its default, 0
+    with pytest.raises(ValueError, match="server_unlabeled"):
+        build_method(half, fm, {"server_unlabeled": 2}, sizes)   # validated by the spec's own rule
+    with pytest.raises(AttributeError, match="build it with fedbayes.methods.build_method"):
+        type(m)(fm, {}, sizes).p
+    with pytest.raises(ValueError, match="unknown method 'fedbee'"):
+        build_method("fedbee", fm, {}, sizes)
+
+
 def test_fedbayes_methods_lists_the_specs_and_one_methods_defaults(capsys):
     """`fedbayes methods [KEY]`: the defaults params.yaml overrides, read from the method's spec."""
     from fedbayes import cli

@@ -7,6 +7,7 @@ from scipy.optimize import minimize
 
 import fedbayes.methods.fedlap_cov.algorithm as fedlap_mod
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.methods import build_method
 from fedbayes.methods.core.base import ClientData
 from fedbayes.methods.core.base import LocalResult
@@ -171,8 +172,10 @@ def test_fedlap_cov_without_curvature_is_fedlap(monkeypatch, synthetic_run_data,
     monkeypatch.setattr(fedlap_mod, "diag_ggn", lambda fm, w, x: torch.zeros_like(w))
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1, "delta": 0.5, "rho": "uniform"}
     cols = ["test/acc", "test/nll", "train/loss"]
-    a = run_federated(cfg_factory(method="fedlap", hparams=hp), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=lambda m: None)
-    b = run_federated(cfg_factory(method="fedlap_cov", hparams=hp), synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=lambda m: None)
+    a = run_federated(RunSpec.from_config(cfg_factory(method="fedlap", hparams=hp)),
+                      synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=lambda m: None)
+    b = run_federated(RunSpec.from_config(cfg_factory(method="fedlap_cov", hparams=hp)),
+                      synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=lambda m: None)
     for ra, rb in zip(a[1:], b[1:]):
         for c in cols:
             assert ra[c] == pytest.approx(rb[c], rel=1e-4, abs=1e-5)
@@ -202,9 +205,10 @@ def test_fedlap_fixed_point_is_the_centralised_map():
 def test_fedprox_with_zero_alpha_is_fedavg(synthetic_run_data, cfg_factory, tmp_path):
     torch.set_default_dtype(torch.float32)
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
-    a = run_federated(cfg_factory(hparams=hp), synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=lambda m: None)
-    b = run_federated(cfg_factory(method="fedprox", hparams={**hp, "alpha": 0.0}), synthetic_run_data, tmp_path / "b",
-                      torch.device("cpu"), log=lambda m: None)
+    a = run_federated(RunSpec.from_config(cfg_factory(hparams=hp)),
+                      synthetic_run_data, tmp_path / "a", torch.device("cpu"), log=lambda m: None)
+    b = run_federated(RunSpec.from_config(cfg_factory(method="fedprox", hparams={**hp, "alpha": 0.0})),
+                      synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=lambda m: None)
     assert [r["test/acc"] for r in a] == [r["test/acc"] for r in b]
 
 
@@ -254,10 +258,10 @@ def test_fedlap_func_without_memory_is_fedlap(synthetic_run_data, cfg_factory, t
     autograd (its committed runs are v1; moving it costs their rerun, ≈ 3 CPU-hours, left open)."""
     torch.set_default_dtype(torch.float32)
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1, "delta": 0.5, "rho": "data"}
-    a = run_federated(cfg_factory(method="fedlap", hparams=hp), synthetic_run_data, tmp_path / "a",
+    a = run_federated(RunSpec.from_config(cfg_factory(method="fedlap", hparams=hp)), synthetic_run_data, tmp_path / "a",
                       torch.device("cpu"), log=lambda m: None)
-    b = run_federated(cfg_factory(method="fedlap_func", hparams={**hp, "memory_per_class": 0}), synthetic_run_data,
-                      tmp_path / "b", torch.device("cpu"), log=lambda m: None)
+    b = run_federated(RunSpec.from_config(cfg_factory(method="fedlap_func", hparams={**hp, "memory_per_class": 0})),
+                      synthetic_run_data, tmp_path / "b", torch.device("cpu"), log=lambda m: None)
     np.testing.assert_allclose([r["test/nll"] for r in a], [r["test/nll"] for r in b], rtol=1e-6, atol=0)
     assert [r["test/acc"] for r in a] == [r["test/acc"] for r in b]
 
@@ -309,10 +313,12 @@ def test_every_method_learns_and_resumes(name, extra, synthetic_run_data, cfg_fa
     assert name in METHOD_VARIANTS
     hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1, **extra}
     cfg = cfg_factory(method=name, hparams=hp)
-    full = run_federated(cfg, synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
+    full = run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=lambda m: None)
     assert full[-1]["test/acc"] > 0.5
-    run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None, stop_after=2)
-    resumed = run_federated(cfg, synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None)
+    run_federated(RunSpec.from_config(cfg),
+                  synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None, stop_after=2)
+    resumed = run_federated(RunSpec.from_config(cfg),
+                            synthetic_run_data, tmp_path / "cut", torch.device("cpu"), log=lambda m: None)
     assert [r["test/nll"] for r in full] == [r["test/nll"] for r in resumed]
     variants = [v for v in METHOD_VARIANTS[name] if v]  # e.g. BayesADMM's point prediction at the mean
     assert all(r[f"{v}/test/nll"] == q[f"{v}/test/nll"] for r, q in zip(full, resumed) for v in variants)

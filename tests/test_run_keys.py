@@ -52,7 +52,8 @@ def test_every_committed_run_keeps_its_configuration_byte_for_byte():
 
 def test_every_committed_run_is_its_run_spec_in_the_resolved_study():
     """The typed study gives each committed run the configuration its run.json recorded (less the keys
-    training adds), and that configuration's hash (``RunSpec.hash``)."""
+    training adds), and that configuration's hash (``RunSpec.hash``); on the partition it recorded, the
+    record and hash its training wrote."""
     from fedbayes.study import config_hash
     from fedbayes.study.model import load_study
 
@@ -68,6 +69,12 @@ def test_every_committed_run_is_its_run_spec_in_the_resolved_study():
         recorded = {k: v for k, v in c.items() if k not in RECORDED_ONLY}
         if json.dumps(recorded, sort_keys=True) != json.dumps(run.config, sort_keys=True) or run.hash != config_hash(recorded):
             differ.append(str(f.relative_to(REPO)))
+        # on its partition, what its training writes: run.json's config (its keys in their order), and the
+        # hash of that record (its config_hash, the checkpoint's key)
+        trained = run.on_partition(c["partition_hash"])
+        if json.dumps(trained.record, sort_keys=True) != json.dumps(c, sort_keys=True) or list(trained.record) != list(c) \
+                or trained.hash != config_hash(c):
+            differ.append(f"{f.relative_to(REPO)} (record)")
     assert checked >= 150 and not differ, (checked, differ)
 
 

@@ -44,6 +44,40 @@ def test_a_run_spec_is_run_config(smoke):
     assert run.rerun_key.startswith('{"core": ')
 
 
+def test_a_run_spec_on_its_partition_is_what_run_json_records(smoke):
+    """Training records the run's configuration and, last, its partition's hash (run.json ``config``), and
+    names its checkpoint by their hash: ``on_partition`` gives that ``record`` and ``hash``; before it, both
+    are the configuration's alone."""
+    from fedbayes.study import config_hash
+
+    e, x = next(iter(smoke.experiments.items()))
+    m, plan = next(iter(x.methods.items()))
+    run = smoke.run(e, m, plan.seeds[0], plan.points[0])
+    assert run.partition_hash is None and run.record == run.config and run.hash == config_hash(run.config)
+    on = run.on_partition("0123abcd")
+    assert list(on.record) == [*run.config, "partition_hash"] and on.record["partition_hash"] == "0123abcd"
+    assert on.hash == config_hash(on.record) != run.hash and on.config == run.config and on != run
+
+
+def test_a_configuration_not_read_from_params_yaml_is_a_run_spec_by_its_own_constructor(smoke):
+    """``RunSpec.from_config``: a test's, a golden's or a recorded configuration. A recorded one (run.json)
+    gives back its record and hash; one missing what names the run, or of another scale, is refused."""
+    e, x = next(iter(smoke.experiments.items()))
+    m, plan = next(iter(x.methods.items()))
+    run = smoke.run(e, m, plan.seeds[0], plan.points[0]).on_partition("0123abcd")
+    again = RunSpec.from_config(run.record)
+    assert again == run and again.record == run.record and again.hash == run.hash
+    assert RunSpec.from_config(run.config, scale="smoke") == smoke.run(e, m, plan.seeds[0], plan.points[0])
+    ad_hoc = {"experiment": "x", "method": "fedavg", "seed": 3, "rounds": 2, "hparams": {"lr": 0.1}}
+    r = RunSpec.from_config(ad_hoc)
+    assert (r.experiment, r.method, r.point, r.seed, r.scale, r.config) == ("x", "fedavg", "default", 3, "paper", ad_hoc)
+    assert RunSpec.from_config(ad_hoc, scale="smoke").scale == "smoke"
+    with pytest.raises(ValueError, match="of scale 'smoke', not 'paper'"):
+        RunSpec.from_config(run.config, scale="paper")
+    with pytest.raises(ValueError, match="names its experiment, seed"):
+        RunSpec.from_config({"method": "fedavg"})
+
+
 def test_within_one_pass_each_resolution_is_computed_once_and_outside_each_call_gets_its_own(monkeypatch):
     """Validation resolves the same experiment and overlay hundreds of times: within ``resolved_once`` it
     is computed once (the same object comes back); outside, every call gets a fresh copy to edit."""

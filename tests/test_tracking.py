@@ -4,13 +4,14 @@ import pytest
 import torch
 
 from fedbayes.engine import run_federated
+from fedbayes.study.model import RunSpec
 from fedbayes.eval.evaluate import evaluate_run
 
 
 @pytest.fixture
 def finished_run(tmp_path, synthetic_run_data, cfg_factory):
     cfg = cfg_factory(experiment="fmnist10-iid-k10", partition_hash="abc123", seed=0, scale="paper")  # tracked with the paper params
-    run_federated(cfg, synthetic_run_data, tmp_path / "run", torch.device("cpu"), log=lambda m: None)
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "run", torch.device("cpu"), log=lambda m: None)
     evaluate_run(tmp_path / "run")
     return tmp_path / "run"
 

@@ -12,7 +12,8 @@ from fedbayes.engine.partitions import check_partition_target, data_root, ensure
 from fedbayes.fileio import LockHeld, try_exclusive_lock, write_text_atomic
 from fedbayes.methods.failure import MethodFailed, format_traceback
 from fedbayes.runpaths import run_dir
-from fedbayes.study import ConfigError, experiment_config, paths, run_config, seeds, stand_in_size, sweep_points
+from fedbayes.study import ConfigError, paths, stand_in_size
+from fedbayes.study.model import RunSpec, Study
 
 
 THREADS_PER_CPU = 4   # oversubscription a job may ask for; far more makes torch's thread pool crash (SIGSEGV)
@@ -23,26 +24,27 @@ def max_threads() -> int:
     return (os.cpu_count() or 1) * THREADS_PER_CPU
 
 
-def check_train_args(p: dict, args) -> dict:
-    """Every argument of ``fedbayes train`` checked against params.yaml before any file is touched; returns
-    the run's resolved configuration. ConfigError names the argument and what is accepted."""
+def check_train_args(study: Study, args) -> RunSpec:
+    """Every argument of ``fedbayes train`` checked against the study before any file is touched; returns
+    the run's RunSpec. ConfigError names the argument and what is accepted."""
+    p = study.params
     exp, method, point, seed = args.experiment, args.method, args.point, args.seed
     if args.threads < 0:
         raise ConfigError(f"--threads {args.threads}: a number of threads (0: PyTorch's default)")
     if args.threads > max_threads():
         raise ConfigError(f"--threads {args.threads}: at most {max_threads()} threads on this machine "
                           f"({os.cpu_count()} CPUs × {THREADS_PER_CPU}); 0 takes PyTorch's default")
-    if exp not in p["experiments"]:
-        raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(p['experiments'])}")
-    methods = list(experiment_config(p, exp)["methods"])
+    if exp not in study.experiments:
+        raise ConfigError(f"--experiment {exp!r}: unknown experiment; params.yaml defines {sorted(study.experiments)}")
+    methods = list(study.experiments[exp].methods)
     if method not in methods:
         raise ConfigError(f"--method {method!r}: not a method of experiments.{exp} (its methods: {methods})")
-    points = list(sweep_points(p, exp, method))
-    if point not in points:
-        raise ConfigError(f"--point {point!r}: not a point of {exp}/{method}'s sweep {points}")
-    if seed not in seeds(p, exp, method):
-        raise ConfigError(f"--seed {seed}: {exp}/{method} runs seeds {seeds(p, exp, method)}")
-    out, own = Path(args.out), run_dir(paths(p), exp, method, point, seed)
+    plan = study.experiments[exp].methods[method]
+    if point not in plan.points:
+        raise ConfigError(f"--point {point!r}: not a point of {exp}/{method}'s sweep {list(plan.points)}")
+    if seed not in plan.seeds:
+        raise ConfigError(f"--seed {seed}: {exp}/{method} runs seeds {list(plan.seeds)}")
+    out, own = Path(args.out), run_dir(study.paths, exp, method, point, seed)
     name = f"{exp}/{method}/{point}/seed{seed}"
     if out.resolve() != own.resolve():
         if out.resolve().is_relative_to(Path(p["paths"]["runs"]).resolve()):
@@ -55,17 +57,17 @@ def check_train_args(p: dict, args) -> dict:
             ran = tuple(rec.get(k) for k in ("experiment", "method", "point", "seed", "scale"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             ran = None
-        if ran is not None and ran != (exp, method, point, seed, p.get("scale", "paper")):
+        if ran is not None and ran != (exp, method, point, seed, study.scale):
             other = f"{'/'.join(map(str, ran[:3]))}/seed{ran[3]}, scale {ran[4]}"
             raise ConfigError(f"--out: {out / 'run.json'} records another run ({other}), not {name}; "
                               "give this run's directory or an empty one")
     check_partition_target(p, exp, seed, args.partition)
-    return run_config(p, exp, method, seed, point)
+    return study.run(exp, method, seed, point)
 
 
 def cmd_train(args) -> None:
     p = _params(args)
-    cfg = check_train_args(p, args)  # before any file is touched
+    run = check_train_args(Study.resolve(p), args)  # before any file is touched
     try:
         lock = try_exclusive_lock(train_lock(args.out))
     except LockHeld as e:
@@ -74,7 +76,7 @@ def cmd_train(args) -> None:
     log = traceback_file(p, args)
     with lock:
         try:
-            _train(p, args, cfg)
+            _train(p, args, run)
         except MethodFailed as e:   # one line here; the traceback in the log file only
             write_text_atomic(log, format_traceback(e.__cause__ or e))
             e.log = log
@@ -96,7 +98,7 @@ def train_lock(out: str | Path) -> Path:
     return out.with_name(f".{out.name}.train.lock")
 
 
-def _train(p: dict, args, cfg: dict) -> None:
+def _train(p: dict, args, run: RunSpec) -> None:
     import torch
 
     from fedbayes.engine.data import load_run_data  # these two import torch (seconds): only a training job pays it
@@ -112,6 +114,7 @@ def _train(p: dict, args, cfg: dict) -> None:
         metrics.unlink(missing_ok=True)
     # a run depends only on committed files in the DAG (so a fresh clone reuses finished runs): it
     # fetches its data and writes its partition itself when they are missing
+    cfg = run.config
     for d in (cfg["dataset"], cfg.get("ood")):
         if d:
             fetch_dataset(d, data_root(p), repair=False, stand_in=stand_in_size(p))
@@ -120,10 +123,9 @@ def _train(p: dict, args, cfg: dict) -> None:
         torch.set_num_threads(args.threads)
     device = pick_device(p.get("device", "auto"))
     data, meta = load_run_data(data_root(p), cfg, partition, device)
-    cfg["partition_hash"] = meta["hash"]
     batch = p.get("batch_clients", "auto")
     metrics.unlink(missing_ok=True)
-    run_federated(cfg, data, args.out, device, log=lambda m: print(m, flush=True),
+    run_federated(run.on_partition(meta["hash"]), data, args.out, device, log=lambda m: print(m, flush=True),
                   batch_clients=None if batch == "auto" else bool(batch))
 
 

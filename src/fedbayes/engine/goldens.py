@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbayes.study import FROZEN_DEFAULTS, METHOD_SPECS, method_defaults, numerics
+from fedbayes.study.model import RunSpec
 from fedbayes.data import make_synthetic
 from fedbayes.eval.registry import evaluated_column
 from fedbayes.fileio import write_text_atomic
@@ -60,7 +61,7 @@ def golden_history(method: str, hp: dict, tmp: str | Path) -> list[dict]:
            "participation": 1.0, "rounds": 3, "model": {"name": "mlp", "hidden": [32, 16], "activation": "relu"},
            "input_scale": "unit", "hparams": hp, "save_rounds": [1, 2, 3]}
     torch.set_num_threads(1)
-    return run_federated(cfg, data, tmp, torch.device("cpu"), log=lambda m: None)
+    return run_federated(RunSpec.from_config(cfg), data, tmp, torch.device("cpu"), log=lambda m: None)
 
 
 def as_text(history: list[dict]) -> list[dict]:

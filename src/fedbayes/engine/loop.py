@@ -29,14 +29,13 @@ import numpy as np
 import torch
 
 from fedbayes.study import method_defaults, numerics
-from fedbayes.study import config_hash
 from fedbayes.engine import seeds
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
 from fedbayes.frontdoor import check_device
 from fedbayes.machine import machine_class
 from fedbayes.eval.metrics import metric_values, predictive_logprobs
-from fedbayes.methods import build_method, method_specs
+from fedbayes.methods import build_method, method_spec
 from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.base import RunContext
 from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
@@ -44,6 +43,7 @@ from fedbayes.methods.failure import method_failure
 from fedbayes.methods.spec import REQUIRED, EngineOptions
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
+from fedbayes.study.model import RunSpec
 
 CHECKPOINT = "checkpoint.pt"
 ROUNDS_DIR = "predictions.rounds"   # a training run's kept predictions, a file a round (_keep)
@@ -228,9 +228,11 @@ def hold_out(parts: list[np.ndarray], share: float, rng: np.random.Generator) ->
     return kept, held
 
 
-def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.device,
+def run_federated(run: RunSpec, data: RunData, out_dir: str | Path, device: torch.device,
                   log=print, stop_after: int | None = None, batch_clients: bool | None = None) -> list[dict]:
-    """Train one run, writing ``history.csv``, ``predictions.npz``, ``posterior.pt``, ``run.json``.
+    """Train the run ``run`` (a study's ``Study.run``, or ``RunSpec.from_config`` of a configuration not
+    read from params.yaml), writing ``history.csv``, ``predictions.npz``, ``posterior.pt``, ``run.json``
+    (whose ``config`` and ``config_hash`` are the RunSpec's ``record`` and ``hash``).
 
     ``stop_after`` ends the process-equivalent early after that many rounds (used by tests to
     simulate a kill); the checkpoint is left behind exactly as a killed run would leave it.
@@ -243,9 +245,9 @@ def run_federated(cfg: dict, data: RunData, out_dir: str | Path, device: torch.d
     """
     out = Path(out_dir)
     try:
-        return _run_federated(cfg, data, out, device, log, stop_after, batch_clients)
+        return _run_federated(run, data, out, device, log, stop_after, batch_clients)
     except Exception as e:
-        failed = method_failure(cfg["method"], e)
+        failed = method_failure(run.method, e)
         if failed is None:
             raise
         discard_partial(out)
@@ -268,15 +270,16 @@ def discard_partial(out: Path) -> None:
         pass
 
 
-def _run_federated(cfg: dict, data: RunData, out: Path, device: torch.device, log, stop_after: int | None,
+def _run_federated(run: RunSpec, data: RunData, out: Path, device: torch.device, log, stop_after: int | None,
                    batch_clients: bool | None) -> list[dict]:
     keep_freed_memory()
     out.mkdir(parents=True, exist_ok=True)
-    seed, rounds, hp = cfg["seed"], cfg["rounds"], cfg["hparams"]
-    key = config_hash(cfg)
-    opts, spec = EngineOptions.from_hparams(hp), method_specs().get(cfg["method"])
+    cfg = run.record   # what run.json records; the helpers below read the run's settings from it
+    seed, rounds, hp = run.seed, cfg["rounds"], cfg["hparams"]
+    key = run.hash
+    opts, spec = EngineOptions.from_hparams(hp), method_spec(run.method)
     # what the method's spec needs of the run: a held-out share of the training points on the server
-    share = spec.load().server_share(spec.params.from_hparams(hp)) if spec and "server_data" in spec.needs else 0.0
+    share = spec.load().server_share(spec.params.from_hparams(hp)) if "server_data" in spec.needs else 0.0
     parts, server_idx = hold_out(data.parts, share, seeds.rng(seed, seeds.SERVER))
     sizes = np.array([len(p) for p in parts])
 
@@ -286,7 +289,7 @@ def _run_federated(cfg: dict, data: RunData, out: Path, device: torch.device, lo
     fm = FlatModel(module.to(device))
     context = RunContext(rounds=rounds, clients_per_round=max(1, round(cfg.get("participation", 1.0) * len(sizes))),
                          seed=seed, server_x=data.x_train[torch.from_numpy(server_idx).to(device)] if len(server_idx) else None)
-    method = build_method(cfg["method"], fm, hp, sizes, context)
+    method = build_method(spec, fm, hp, sizes, context)
     if opts.client_rows == "by_label":
         # each client's rows grouped by class (stable): with `client_stream: replay` every client then sees
         # the same label mix at every step, as in the BayesADMM authors' code, whose iid split concatenates
@@ -297,7 +300,7 @@ def _run_federated(cfg: dict, data: RunData, out: Path, device: torch.device, lo
                for p in parts]
 
     ckpt_path = out / CHECKPOINT
-    state = _resumable(ckpt_path, key, device, log, cfg["method"])
+    state = _resumable(ckpt_path, key, device, log, run.method)
     if state is None:
         started = _now()
         server, client_states = method.init_state(fm.flat_params())
@@ -363,12 +366,12 @@ def _run_federated(cfg: dict, data: RunData, out: Path, device: torch.device, lo
         if row is None:
             history.append({"round": rnd, **comm})
             diverged = {"round": rnd, "reason": logp}
-            log(f"[{cfg['experiment']} {cfg['method']} seed {seed}] round {rnd:3d}/{rounds}  DIVERGED: {logp}; "
+            log(f"[{run.experiment} {run.method} seed {seed}] round {rnd:3d}/{rounds}  DIVERGED: {logp}; "
                 f"run stopped and recorded as diverged")
             break
         history.append(row)
         _keep(out, rnd, logp, cfg)
-        _atomic_save({"config_hash": key, "code": resume_key(cfg["method"]), "round": rnd, "server": server,
+        _atomic_save({"config_hash": key, "code": resume_key(run.method), "round": rnd, "server": server,
                       "clients": client_states, "history": history, "wall": wall, "started": started}, ckpt_path)
         if stop_after is not None and rnd >= stop_after:
             return history

@@ -22,6 +22,7 @@ from pathlib import Path
 
 
 from fedbayes.study import raw_root, recorded_stand_in
+from fedbayes.study.model import RunSpec
 from fedbayes.data.root import open_data_root
 from fedbayes.engine.partitions import build_partition
 from fedbayes.fileio import write_text_atomic
@@ -96,8 +97,9 @@ def replay_rows(run_dir: str | Path, rounds: int = 1, raw: str = "data/raw",
             if cfg.get("partition_hash") and parts[1]["hash"] != cfg["partition_hash"]:
                 return f"partition hash {parts[1]['hash']} != recorded {cfg['partition_hash']}"
             data, _ = load_run_data(root, cfg, parts, torch.device(device))
-            replayed = run_federated(cfg, data, f"{tmp}/run", torch.device(device), log=lambda m: None,
-                                     stop_after=rounds)
+            # its recorded configuration, partition hash included: the checkpoint's key is the recorded one
+            replayed = run_federated(RunSpec.from_config(cfg), data, f"{tmp}/run", torch.device(device),
+                                     log=lambda m: None, stop_after=rounds)
     finally:
         torch.set_num_threads(threads)
     return committed[:rounds + 1], [{k: ("" if v is None else str(v)) for k, v in r.items()} for r in replayed[:rounds + 1]]

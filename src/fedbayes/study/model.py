@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -46,18 +46,49 @@ class PartitionSpec:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: (experiment, method, sweep point, seed) at a scale, resolved."""
+    """One training run: (experiment, method, sweep point, seed) at a scale, resolved. What
+    ``engine.loop.run_federated`` trains."""
     experiment: str
     method: str
     point: str
     seed: int
     scale: str
     text: str          # its configuration (``run_config``) as JSON
+    # the hash of the partition it trains on, once its job has built it (``on_partition``): recorded
+    # beside the configuration (``RECORDED_ONLY``), so a run on another split is another run
+    partition_hash: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping, scale: str | None = None) -> RunSpec:
+        """The RunSpec of a configuration that was not resolved from params.yaml: a test's, a benchmark's
+        or a numerics golden's own, or a finished run's as its run.json recorded it (a replay; its
+        ``partition_hash`` becomes the RunSpec's). A run of the study is ``Study.run``. The run's names
+        are read from the configuration (``point``: ``default`` where it has none); ``scale`` is the
+        configuration's, else the one given (``paper`` where neither says)."""
+        cfg = dict(cfg)
+        part = cfg.pop("partition_hash", None)
+        if missing := [k for k in ("experiment", "method", "seed") if k not in cfg]:
+            raise ValueError(f"a run configuration names its {', '.join(missing)}")
+        own = cfg.get("scale")
+        if scale is not None and own is not None and own != scale:
+            raise ValueError(f"the configuration is of scale {own!r}, not {scale!r}")
+        return cls(cfg["experiment"], cfg["method"], cfg.get("point", "default"), cfg["seed"],
+                   own or scale or "paper", json.dumps(cfg), part)
+
+    def on_partition(self, partition_hash: str) -> RunSpec:
+        """This run on the partition whose hash is ``partition_hash`` (what its job built)."""
+        return replace(self, partition_hash=partition_hash)
 
     @property
     def config(self) -> dict:
-        """Everything that determines the run's numbers: what run.json records and MLflow logs."""
+        """Everything params.yaml decides of the run's numbers (``run_config``)."""
         return json.loads(self.text)
+
+    @property
+    def record(self) -> dict:
+        """What run.json records as the run's ``config`` and MLflow logs: its configuration and, once it
+        has one, its partition's hash (last)."""
+        return {**self.config, **({"partition_hash": self.partition_hash} if self.partition_hash is not None else {})}
 
     @property
     def hparams(self) -> dict:
@@ -65,8 +96,9 @@ class RunSpec:
 
     @property
     def hash(self) -> str:
-        """The configuration's hash (run.json ``config_hash``; it names the checkpoint)."""
-        return config_hash(self.config)
+        """The hash of its ``record`` (run.json ``config_hash``; it names the checkpoint): of its
+        configuration alone until its partition is known."""
+        return config_hash(self.record)
 
     @property
     def rerun_key(self) -> str:

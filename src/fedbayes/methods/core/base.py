@@ -30,7 +30,6 @@ import torch
 
 from fedbayes.methods.core.ivon import lr_schedule
 from fedbayes.methods.core.local import make_optimizer, train_local, train_local_batched
-from fedbayes.methods.spec import method_specs
 from fedbayes.models import FlatModel
 
 Tensors = dict[str, torch.Tensor]
@@ -133,22 +132,30 @@ class Method:
 
     spec = None   # its MethodSpec (fedbayes.methods.spec), set by build_method
 
+    @classmethod
+    def for_spec(cls, spec, params, fm: FlatModel, hp: dict, client_sizes: np.ndarray,
+                 context: RunContext) -> Method:
+        """The method of ``spec`` (``build_method``): its own spec and its typed hyperparameters ``params``
+        (``spec.params``, validated) are ``self.spec`` and ``self.p`` before its ``__init__`` runs, so that
+        ``__init__`` may read them; then it is constructed as ``cls(fm, hp, client_sizes, context)``."""
+        m = cls.__new__(cls)
+        m.spec, m._p = spec, params
+        m.__init__(fm, hp, client_sizes, context)
+        return m
+
     def __post_init__(self) -> None:
-        # a method's hyperparameters are fixed for its life (``p`` reads them once): a read-only view
+        # a method's hyperparameters are fixed for its life: a read-only view (``p`` is their typed form)
         self.hp = MappingProxyType(dict(self.hp))
 
     @property
     def p(self):
-        """The run's hyperparameters as the spec's typed ``params`` (its defaults where params.yaml gives
-        none; validated on first use): ``self.p.server_lr``, the one default, written in the spec."""
-        if "_p" not in self.__dict__:
-            spec = self.spec
-            if spec is None:   # in __init__, before build_method sets it: the spec whose class this is
-                spec = next((s for s in method_specs().values() if s.load() is type(self)), None)
-            if spec is None:
-                raise AttributeError(f"{type(self).__name__}.p needs the method's spec (build it with build_method)")
-            self.__dict__["_p"] = spec.params.from_hparams(self.hp)
-        return self.__dict__["_p"]
+        """The run's hyperparameters as its spec's typed ``params`` (its defaults where params.yaml gives
+        none; validated by ``build_method``): ``self.p.server_lr``, the one default, written in the spec."""
+        try:
+            return self._p
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__}.p needs the method's spec: build it with "
+                                 "fedbayes.methods.build_method") from None
 
     @property
     def rounds(self) -> int:
