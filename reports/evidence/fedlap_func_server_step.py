@@ -21,6 +21,7 @@ import fedbayes  # noqa: F401  (first: the CPU-numerics caps)
 import torch
 
 from fedbayes.study import load_params, run_config
+from fedbayes.study.model import RunSpec
 from fedbayes.engine.data import load_run_data
 from fedbayes.engine.loop import run_federated
 from fedbayes.engine.partitions import data_root, write_partition
@@ -78,7 +79,8 @@ def main() -> None:
 
         FedLapFunc.server_update = instrumented
         try:
-            run_federated(cfg, data, f"{tmp}/run", torch.device("cpu"), log=lambda m: None, stop_after=args.rounds)
+            run_federated(RunSpec.from_config(cfg), data, f"{tmp}/run", torch.device("cpu"), log=lambda m: None,
+                          stop_after=args.rounds)
         finally:
             FedLapFunc.server_update = server_update
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -293,7 +293,7 @@ def _run_federated(run: RunSpec, data: RunData, out: Path, device: torch.device,
     if opts.client_rows == "by_label":
         # each client's rows grouped by class (stable): with `client_stream: replay` every client then sees
         # the same label mix at every step, as in the BayesADMM authors' code, whose iid split concatenates
-        # each client's classes and whose clients all draw one permutation (reports/bayesadmm/NOTES.md)
+        # each client's classes and whose clients all draw one permutation (papers/bayesadmm/NOTES.md)
         y = data.y_train.cpu().numpy()
         parts = [p[np.argsort(y[p], kind="stable")] for p in parts]
     clients = [ClientData(data.x_train[torch.from_numpy(p).to(device)], data.y_train[torch.from_numpy(p).to(device)])

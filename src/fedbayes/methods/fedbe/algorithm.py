@@ -18,7 +18,7 @@ than the other methods' on the same partition.
 
 Defaults follow what the FedBE authors' code does with its logged arguments (hongyouc/FedBE
 ``log/args.txt``; read for facts, nothing copied). The spec's summary (§4.6) differs in three places,
-which decide the result at α = 0.01 (reports/fola/NOTES.md):
+which decide the result at α = 0.01 (papers/fola/NOTES.md):
 - the ensemble is the mean and 10 Gaussian samples; ``use_client`` is off, so the client models are
   not teachers (``teacher_clients: true`` adds them, as the FedBE paper describes);
 - the temperature sharpens the averaged teacher probabilities only; the student's logits are not
