@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -182,60 +183,78 @@ def test_start_and_stop_as_the_snakefile_calls_them(study, tmp_path, monkeypatch
     assert len(forked(tmp_path / "work/warm.log")) == 1
 
 
+def child_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the child outlived its command"
+        time.sleep(0.1)
+
+
+def started(cmd: subprocess.Popen, log: Path) -> int:
+    """The pid of the child the server forked for ``cmd``, once it has."""
+    deadline = time.monotonic() + 120
+    while not forked(log):
+        assert cmd.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    return int(forked(log)[0].rsplit(" as ", 1)[1])
+
+
 def test_a_signal_to_the_command_reaches_its_child_and_comes_back_as_its_status(study, server):
     """Snakemake stops a job by signalling its process: the child (not in the job's process group) gets the
     same signal, and the command dies of it as a fresh process would."""
     folder, log, _ = server
-    d = study
-    fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
-    part = d / "partitions/synth/seed0.npz"
-    fedbayes(["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], d)
-    p = read_params(d)
-    p["experiments"]["synth"]["rounds"] = 100000     # long enough to be signalled while it trains
-    p["experiments"]["synth"]["report_rounds"] = [100000]
-    (d / "params.yaml").write_text(yaml.safe_dump(p))
-    env = clean_env(**{warm.WARM_ENV: folder})
-    proc = subprocess.Popen(FEDBAYES + ["train", "--experiment", "synth", "--method", "fedavg", "--point", "local_epochs=1", "--seed", "0",
-                                        "--partition", str(part), "--out", str(d / "run"), "--threads", "1"],
-                            cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while not (d / "run/checkpoint.pt").exists():
-        assert proc.poll() is None and time.monotonic() < deadline
+    cmd = long_training(study, folder)
+    child = started(cmd, log)
+    while not (study / "run/checkpoint.pt").exists():   # signalled while it trains
+        assert cmd.poll() is None
         time.sleep(0.2)
-    child = int(forked(log)[0].rsplit(" as ", 1)[1])
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == -signal.SIGTERM
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
-        assert time.monotonic() < deadline, "the child outlived its command"
-        time.sleep(0.1)
+    cmd.send_signal(signal.SIGTERM)
+    assert cmd.wait(60) == -signal.SIGTERM
+    child_gone(child)
 
 
 def test_a_command_killed_outright_takes_its_child_with_it(study, server):
     folder, log, _ = server
-    d = study
-    p = read_params(d)
-    env = clean_env(**{warm.WARM_ENV: folder})
+    cmd = long_training(study, folder)
+    child = started(cmd, log)
+    cmd.kill()
+    cmd.wait(30)
+    child_gone(child)
+
+
+def long_training(d: Path, folder: str) -> subprocess.Popen:
+    """A training through the warm server that runs until it is signalled."""
     fedbayes(["data", "synthetic", "--root", str(d / "raw")], d)
     part = d / "partitions/synth/seed0.npz"
     fedbayes(["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], d)
+    p = read_params(d)
     p["experiments"]["synth"]["rounds"] = 100000
     p["experiments"]["synth"]["report_rounds"] = [100000]
     (d / "params.yaml").write_text(yaml.safe_dump(p))
-    proc = subprocess.Popen(FEDBAYES + ["train", "--experiment", "synth", "--method", "fedavg", "--point", "local_epochs=1", "--seed", "0",
-                                        "--partition", str(part), "--out", str(d / "run"), "--threads", "1"],
-                            cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not forked(log):
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.2)
-    child = int(forked(log)[0].rsplit(" as ", 1)[1])
-    proc.kill()
-    proc.wait(30)
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
-        assert time.monotonic() < deadline, "the child outlived its command"
-        time.sleep(0.1)
+    return subprocess.Popen(FEDBAYES + ["train", "--experiment", "synth", "--method", "fedavg", "--point",
+                                        "local_epochs=1", "--seed", "0", "--partition", str(part), "--out",
+                                        str(d / "run"), "--threads", "1"],
+                            cwd=d, env=clean_env(**{warm.WARM_ENV: folder}), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_server_told_to_stop_still_gives_a_running_command_its_status(study, server):
+    """`stop` at the end of a build (onerror with a job still running): the server waits for its children
+    and sends each its status; the command never loses it."""
+    folder, log, proc = server
+    cmd = long_training(study, folder)
+    child = started(cmd, log)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(warm.socket_for(folder, clean_env()))
+    msg = json.dumps({"stop": True}).encode()
+    socket.send_fds(s, [warm._LEN.pack(len(msg)) + msg], [])
+    assert warm._readline(s) == "stopped"
+    s.close()
+    time.sleep(0.5)
+    assert cmd.poll() is None and proc.poll() is None     # the server waits for its running child
+    os.kill(child, signal.SIGTERM)
+    assert cmd.wait(60) == -signal.SIGTERM, cmd.stderr.read()
+    assert proc.wait(30) == 0
 
 
 def test_changed_library_files_are_noticed(tmp_path):

@@ -120,6 +120,13 @@ def delegate(argv: list[str]) -> int | None:
             break
         except InterruptedError:
             continue
+        except OSError:   # the server ended before answering: wait the child out; its status is lost
+            while _alive(child):
+                time.sleep(0.1)
+            print(f"fedbayes: the warm server ended while {' '.join(argv[:1])} ran (pid {child}); its exit status "
+                  f"is unknown, so it counts as failed: run it again", file=sys.stderr)
+            status = "exit 1"
+            break
     s.close()
     kind, _, value = status.partition(" ")
     if kind == "signal":
@@ -331,9 +338,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
-        for pid in list(waiting):
-            os.waitpid(pid, 0)
-        _reap(waiting)
+        _reap(waiting, block=True)    # each running command's status still goes back to it
 
 
 def _owner(folder: str) -> int | None:
@@ -356,10 +361,10 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def _reap(waiting: dict[int, socket.socket]) -> None:
+def _reap(waiting: dict[int, socket.socket], block: bool = False) -> None:
     while waiting:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
