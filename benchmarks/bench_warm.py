@@ -28,7 +28,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
-from fedbayes.cli import warm  # noqa: E402
+from fedbayes.cli.warm import SERVE, WARM_ENV, socket_for  # noqa: E402
 
 SYNTH = {"dataset": "synthetic", "subsample": 1.0, "clients": 4, "partition": {"scheme": "iid"}, "rounds": 2,
          "report_rounds": [2], "model": {"name": "mlp", "hidden": [16], "activation": "relu"},
@@ -77,16 +77,16 @@ def main() -> None:
     args = ap.parse_args()
     d = Path(tempfile.mkdtemp(prefix="bench-warm-"))
     folder = tempfile.mkdtemp(prefix="fbw-", dir="/tmp")
-    cold = {k: v for k, v in os.environ.items() if k != warm.WARM_ENV}
-    hot = cold | {warm.WARM_ENV: folder}
+    cold = {k: v for k, v in os.environ.items() if k != WARM_ENV}
+    hot = cold | {WARM_ENV: folder}
     study(d)
     part = d / "partitions/synth/seed0.npz"
     subprocess.run(FEDBAYES + ["data", "synthetic", "--root", str(d / "raw")], cwd=d, env=cold, check=True,
                    capture_output=True)
     subprocess.run(FEDBAYES + ["partition", "--experiment", "synth", "--seed", "0", "--out", str(part)], cwd=d,
                    env=cold, check=True, capture_output=True)
-    sock = warm.socket_for(folder, cold)
-    server = subprocess.Popen([sys.executable, "-c", warm.SERVE, sock], env=cold, stderr=subprocess.DEVNULL)
+    sock = socket_for(folder, cold)
+    server = subprocess.Popen([sys.executable, "-c", SERVE, sock], env=cold, stderr=subprocess.DEVNULL)
     while not os.path.exists(sock):
         time.sleep(0.1)
     jobs = {
