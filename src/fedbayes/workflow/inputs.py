@@ -10,6 +10,7 @@ import functools
 from pathlib import Path
 
 from fedbayes import runpaths
+from fedbayes.eval import fingerprint
 from fedbayes.study import run_config, seeds
 from fedbayes.workflow import markers, numerics, plan, staleness
 
@@ -88,9 +89,7 @@ class Inputs:
     def metric_codes(self) -> dict[str, str]:
         """The code of each metric (``eval.fingerprint.metric_codes``): scipy's import, once, where a
         metrics.json is met."""
-        from fedbayes.eval.fingerprint import metric_codes
-
-        return metric_codes()
+        return fingerprint.metric_codes()
 
     def stale_metrics(self, wc) -> list[str]:
         """A marker where a metrics.json is damaged, or misses a metric or holds one of another definition
