@@ -145,3 +145,6 @@ def cmd_evaluate(args) -> None:
         raise ConfigError(str(e)) from None
     final = m["final"]
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
+    if skipped := m.get("not_evaluated"):   # metrics added after the run's predictions were gone
+        print(f"{args.run_dir}: not evaluated: {', '.join(skipped)} ({args.run_dir}/predictions.npz is missing: "
+              "retrain the run to compute them)")
