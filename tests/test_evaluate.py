@@ -191,7 +191,7 @@ def test_an_added_metric_is_evaluated_alone_and_the_others_stay_byte_identical(
     """A metric added to the registry is computed from the kept predictions of a run already evaluated, and
     only it: every other value stays as it was, byte for byte; also where the metrics.json records one code
     for all its metrics (written before codes were recorded per metric)."""
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     evaluate_run(tmp_path)
     f = tmp_path / "metrics.json"
     if recorded == "one code":
@@ -213,7 +213,7 @@ def test_an_added_metric_is_evaluated_alone_and_the_others_stay_byte_identical(
 
 
 def test_an_edited_metric_is_evaluated_alone(tmp_path, synthetic_run_data, cfg_factory, monkeypatch):
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     before = evaluate_run(tmp_path)
     ece_over(10, monkeypatch)
     calls = computed(monkeypatch)
@@ -232,7 +232,7 @@ def test_a_run_without_predictions_records_a_new_metric_as_not_evaluated(tmp_pat
     retraining. Its metrics.json says so (``not_evaluated``: the metric and its code, so the workflow does
     not ask again), its other values byte for byte as they were; the table shows the metric as not
     evaluated for the run (tests/test_reports.py)."""
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     before = evaluate_run(tmp_path)
     (tmp_path / "predictions.npz").unlink()
     monkeypatch.setitem(METRICS, TOP2.name, TOP2)
@@ -244,7 +244,7 @@ def test_a_run_without_predictions_records_a_new_metric_as_not_evaluated(tmp_pat
 
 def test_a_run_without_predictions_stops_on_an_edited_metric_naming_it_and_the_remedy(
         tmp_path, synthetic_run_data, cfg_factory, monkeypatch):
-    run_federated(cfg_factory(), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
+    run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet)
     evaluate_run(tmp_path)
     (tmp_path / "predictions.npz").unlink()
     before = (tmp_path / "metrics.json").read_text()
