@@ -60,7 +60,7 @@ LAZY_TORCH = {
     ("fedbayes.engine.goldens", "fedbayes.engine.loop"),  # golden_history; numerics_check runs in the DAG's planning
     ("fedbayes.toys.bayesadmm.solvers", "fedbayes.methods.core.ivon"),  # the IVON-based solver of Fig. 3a only
     ("fedbayes.cli.train", "fedbayes.eval.evaluate"),          # fedbayes evaluate (scipy, scikit-learn)
-    ("fedbayes.workflow.inputs", "fedbayes.eval.evaluate"),    # the metric definitions, where a metrics.json is met (scipy)
+    ("fedbayes.eval.fingerprint", "fedbayes.eval.metrics"),     # the metric codes, computed (scipy): reading them costs none
     ("fedbayes.cli.reports", "fedbayes.reports.tables"),         # fedbayes table (matplotlib, pandas)
     ("fedbayes.cli.reports", "fedbayes.reports.scorecard"),      # fedbayes scorecard (pandas)
     ("fedbayes.cli.reports", "fedbayes.reports.tally"),          # fedbayes table (pandas)

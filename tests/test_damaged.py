@@ -290,6 +290,7 @@ def test_a_damaged_predictions_archive_is_named_without_pickle_advice(tmp_path, 
     from fedbayes import cli
 
     d = write_run(tmp_path / "run")
+    (d / "metrics.json").unlink()   # (a metrics.json of the code's metric definitions: nothing to read them for)
     (d / "predictions.npz").write_bytes(content)
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", str(d)])

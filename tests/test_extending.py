@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax
 
-from fedbayes.eval.evaluate import metrics_fingerprint
+from fedbayes.eval.fingerprint import metric_codes
 from fedbayes.eval.metrics import metric_values
 from fedbayes.eval.registry import METRICS, PERCENT, Metric, metric
 
@@ -39,10 +39,11 @@ def predictions(seed: int = 0, n: int = 200, c: int = 5):
 def test_a_metric_is_one_entry_and_one_function(tmp_path, monkeypatch):
     """Adding a metric: its function (eval/metrics.py, here a module of its own) and its registry entry
     (eval/registry.py, here ``register``). Evaluation computes it, in its kind's place; tables, figures and
-    MLflow read its display; validation knows its name; the fingerprint moves, so runs are re-evaluated."""
+    MLflow read its display; validation knows its name; it has a code of its own (the others' stay), so runs
+    are evaluated again for it alone (tests/test_evaluate.py)."""
     (tmp_path / "my_metrics.py").write_text(TOP2)
     monkeypatch.syspath_prepend(str(tmp_path))
-    before = metrics_fingerprint()
+    before = metric_codes()
     entry = Metric("test/top2", "top-2 accuracy", "%", True, scale=100.0, digits=1, fn="my_metrics:top2")
     monkeypatch.setitem(METRICS, entry.name, entry)     # (= register(entry), undone after the test)
 
@@ -52,7 +53,7 @@ def test_a_metric_is_one_entry_and_one_function(tmp_path, monkeypatch):
     assert values["test/top2"] == np.mean((np.argsort(-logp, axis=1)[:, :2] == y[:, None]).any(axis=1))
     assert values["test/top2"] >= values["test/acc"]
     assert "test/top2" in PERCENT and metric("final/test/top2") is entry     # tables' % and digits, MLflow's unit
-    assert metrics_fingerprint() != before                                   # every run is evaluated again
+    assert metric_codes() == {**before, "test/top2": metric_codes([entry])["test/top2"]}   # its code, the others' kept
 
     from fedbayes.frontdoor import metric_problems
     params = {"tables": {"t": {"metrics": ["test/top2", "test/top3"]}}, "selection": {}, "experiments": {}}

@@ -134,6 +134,26 @@ def test_build_table(table_params, tmp_path):
     assert len(pd.read_csv(tmp_path / "reports" / "table1.csv")) == len(df)
 
 
+def test_a_metric_a_run_could_not_gain_shows_as_not_evaluated(table_params, tmp_path):
+    """A metric added after a run's predictions were gone (a committed run) is recorded as not evaluated in
+    its metrics.json (eval.evaluate): the table's cells of that metric say so, naming the seed and the
+    remedy; the run's other metrics are read as before."""
+    f = tmp_path / "runs" / "fmnist10-iid-k10" / "fedavg" / "local_epochs=5" / "seed1" / "metrics.json"
+    m = json.loads(f.read_text())
+    for r in m["rounds"].values():
+        del r["test/ece"]
+    m["not_evaluated"] = {"test/ece": "0123456789abcdef"}
+    f.write_text(json.dumps(m))
+    df = build_table(table_params, "table1", tmp_path / "reports" / "table1.csv")
+    iid = df[df.experiment == "fmnist10-iid-k10"]
+    ece = iid[iid.metric == "test/ece"]
+    assert len(ece) == 3 and ece.ours_mean.isna().all() and (ece.n_seeds == 0).all()
+    assert set(ece.status) == {"not evaluated (seed 1: no predictions were kept when test/ece was added; "
+                               "retrain the run to compute it)"}
+    assert (iid[iid.metric != "test/ece"].status == "ok").all() and iid[iid.metric == "test/acc"].ours_mean.notna().all()
+    assert (df[df.experiment != "fmnist10-iid-k10"].status == "ok").all()
+
+
 def test_smoke_table_has_no_published_column(table_params, tmp_path):
     p = copy.deepcopy(table_params)
     p["scale"] = "smoke"

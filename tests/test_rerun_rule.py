@@ -278,7 +278,7 @@ def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrai
     predictions and every reader reads metrics.json: the change plans an evaluate job for every run and no
     training, and every cell, curve and figure that shows NLL follows it, the accuracy ones unchanged. Also
     without Snakemake's record of the evaluate jobs' code (a fresh clone): each metrics.json records the metric
-    definitions it was computed with (``metric_code``, a fingerprint of numbers), compared when the DAG is built."""
+    definitions it was computed with (``metric_codes``, per metric a fingerprint of numbers), compared when the DAG is built."""
     import numpy as np
     from fedbayes.eval.metrics import nll
 
@@ -324,3 +324,80 @@ def test_a_metric_definition_change_re_evaluates_every_cell_and_curve_and_retrai
         np.testing.assert_allclose(now[np.isfinite(was)], was[np.isfinite(was)] / np.log(2), rtol=1e-3)
     now = {f: f.read_bytes() for f in shown}
     assert {f.name for f in shown if now[f] != shown[f]} == {f.name for f in shown if "acc" not in f.name}
+
+
+TOP2 = '''
+
+def top2(logp, y):
+    """Top-2 accuracy: the label among the two most probable classes."""
+    logp, y = _check(logp, y)
+    return float(np.mean((np.argsort(-logp, axis=1)[:, :2] == y[:, None]).any(axis=1)))
+'''
+
+
+def values_but(m: dict, name: str) -> str:
+    """A metrics.json's values but those of the metric ``name`` and the record of codes, as text."""
+    def strip(t):
+        return {k: v for k, v in t.items() if k != name}
+
+    out = {k: v for k, v in m.items() if k not in ("metric_code", "metric_codes", "not_evaluated")}
+    out["final"], out["rounds"] = strip(m["final"]), {r: strip(t) for r, t in m["rounds"].items()}
+    out["variants"] = {v: {"final": strip(t["final"]), "rounds": {r: strip(x) for r, x in t["rounds"].items()}}
+                       for v, t in m.get("variants", {}).items()}
+    return json.dumps(out, indent=1)
+
+
+@pytest.mark.full
+def test_an_added_metric_re_evaluates_only_itself_and_retrains_nothing(built):
+    """A metric added as docs/extending.md says (its function in eval/metrics.py, its entry in
+    eval/registry.py), in a fresh clone (no record of Snakemake's): the DAG plans an evaluate job for every
+    run, each naming the metric, and no training; each computes that metric alone from the run's kept
+    predictions, every other value byte for byte as it was, also in a metrics.json recording one code for
+    all its metrics. A run without predictions (as a committed one) records it as not evaluated, and the
+    table listing it says so in that run's cells. Then nothing is to be done."""
+    p = read_params(built)
+    exp, method = "synth-k4", "fedavg"
+    point = json.loads((built / f"results/runs/{exp}/{method}/selected.json").read_text())["point"]
+    bare = built / f"results/runs/{exp}/{method}/{point}/seed0"
+    (bare / "predictions.npz").unlink()   # as a committed run: predictions are not committed
+    runs = sorted((built / "results/runs").rglob("metrics.json"))
+    one_code = next(f for f in runs if f.parent != bare)   # as written before codes were recorded per metric
+    m = json.loads(one_code.read_text())
+    m.pop("metric_codes", None)
+    one_code.write_text(json.dumps(m, indent=1))
+    before = {f: json.loads(f.read_text()) for f in runs}
+    shutil.rmtree(built / ".snakemake")
+
+    metrics, registry = built / "src/fedbayes/eval/metrics.py", built / "src/fedbayes/eval/registry.py"
+    metrics.write_text(metrics.read_text() + TOP2)
+    anchor = '    Metric("ood/auroc_entropy"'
+    assert registry.read_text().count(anchor) == 1
+    registry.write_text(registry.read_text().replace(
+        anchor, '    Metric("test/top2", "top-2 accuracy", "%", True, scale=100.0, digits=1, fn=_M + "top2"),\n' + anchor))
+    p["tables"]["faults"]["metrics"] = [*p["tables"]["faults"]["metrics"], "test/top2"]
+    (built / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    plan = run(f"snakemake -n --cores 2 {TABLE}", built)
+    assert not re.search(r"^rule train:", plan, re.M), plan[-3000:]
+    assert len(re.findall(r"^rule evaluate:", plan, re.M)) == len(runs), plan[-3000:]
+    assert len(re.findall(r"re-evaluated because test/top2 not evaluated \(a new metric\)$", plan, re.M)) == len(runs)
+    run(f"snakemake --cores 2 {TABLE}", built)
+
+    import numpy as np
+    for f in runs:
+        after = json.loads(f.read_text())
+        assert values_but(after, "test/top2") == values_but(before[f], ""), f
+        if f.parent == bare:
+            assert set(after["not_evaluated"]) == {"test/top2"} and "test/top2" not in after["final"]
+            continue
+        pred = np.load(f.parent / "predictions.npz")
+        y = pred["y_test"]
+        assert [after["rounds"][str(r)]["test/top2"] for r in pred["rounds"]] == [
+            float(np.mean((np.argsort(-lp, axis=1)[:, :2] == y[:, None]).any(axis=1))) for lp in pred["test_logp"]]
+        assert "not_evaluated" not in after and "test/top2" in after["metric_codes"]
+    table = pd.read_csv(built / TABLE)
+    top2 = table[table.metric == "test/top2"]
+    assert set(top2[(top2.experiment == exp) & (top2.method == method)].status) == {
+        "not evaluated (seed 0: no predictions were kept when test/top2 was added; retrain the run to compute it)"}
+    others = top2[(top2.experiment != exp) | (top2.method != method)]
+    assert len(others) and not others.status.str.startswith("not evaluated").any()   # (fedprox: diverged)
+    assert "Nothing to be done" in run(f"snakemake -n --cores 2 {TABLE}", built)

@@ -149,21 +149,34 @@ def test_a_rerun_reason_shows_the_default_a_run_read_not_absent(tmp_path, monkey
         ["hparams.weight_decay 0.001 -> 0.0 (its default)"]
 
 
-def test_metrics_changes_compute_the_definitions_only_where_a_metrics_file_is_met(tmp_path, monkeypatch):
+def test_metrics_changes_name_each_metric_to_evaluate_and_compute_codes_only_where_a_metrics_file_is_met(
+        tmp_path, monkeypatch):
+    """The evaluate rule's reasons, metric by metric (``eval.fingerprint.changes``): a new metric, a changed
+    definition; the code's metric codes are computed only where a metrics.json is met (scipy's import)."""
     calls = []
 
-    def definitions():
+    def codes():
         calls.append(1)
-        return "frozen", "now"
+        return {"test/acc": "a", "test/top2": "t"}
 
-    monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], None))
-    assert staleness.metrics_changes(tmp_path, definitions) == ("", []) and not calls
-    monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], {"metric_code": "now"}))
-    assert staleness.metrics_changes(tmp_path, definitions) == ("changed", [])
-    monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], {}))
-    assert staleness.metrics_changes(tmp_path, definitions) == ("changed", ["the metric definitions changed (frozen -> now)"])
+    def recorded(m):
+        monkeypatch.setattr(staleness, "metrics_problems", lambda d: ([], m))
+
+    recorded(None)
+    assert staleness.metrics_changes(tmp_path, codes) == ("", []) and not calls
+    recorded({"metric_codes": {"test/acc": "a", "test/top2": "t"}})
+    assert staleness.metrics_changes(tmp_path, codes) == ("changed", [])
+    recorded({"metric_codes": {"test/acc": "a"}})
+    assert staleness.metrics_changes(tmp_path, codes) == ("changed", ["test/top2 not evaluated (a new metric)"])
+    recorded({"metric_codes": {"test/acc": "b", "test/top2": "t"}})
+    assert staleness.metrics_changes(tmp_path, codes) == ("changed", ["the definition of test/acc changed (b -> a)"])
+    recorded({"metric_codes": {"test/acc": "a"}, "not_evaluated": {"test/top2": "t"}})   # no predictions.npz
+    assert staleness.metrics_changes(tmp_path, codes) == ("changed", [])
+    (tmp_path / "predictions.npz").write_bytes(b"")
+    assert staleness.metrics_changes(tmp_path, codes) == (
+        "changed", ["test/top2 not evaluated, and the run's predictions are there now"])
     monkeypatch.setattr(staleness, "metrics_problems", lambda d: (["metrics.json damaged (x)"], None))
-    assert staleness.metrics_changes(tmp_path, definitions) == ("damaged", ["metrics.json damaged (x)"])
+    assert staleness.metrics_changes(tmp_path, codes) == ("damaged", ["metrics.json damaged (x)"])
 
 
 def test_data_availability_is_read_never_fetched(tmp_path):

@@ -59,7 +59,8 @@ DIVERGED_TYPES = {"round": ("integer",), "reason": ("string",)}
 METRICS_TYPES = {"experiment": ("string",), "method": ("string",), "seed": ("integer",), "config_hash": ("string",),
                  "final_round": ("integer", None), "final": ("object",), "rounds": ("object",),
                  "variants": ("object",), "reliability": ("array",), "wall_s": ("number", None),
-                 "diverged": ("object",), "from_training": ("array",), "metric_code": ("string",)}
+                 "diverged": ("object",), "from_training": ("array",), "metric_code": ("string",),
+                 "metric_codes": ("object",), "not_evaluated": ("object",)}
 _KINDS = {"object": dict, "array": list, "string": str, "boolean": bool}
 
 

@@ -17,7 +17,11 @@ rule evaluate:
         code=fixed(CODE["evaluate"]),
         stale=stale_metrics,
     output:
-        f"{RUN}/metrics.json",
+        # update: Snakemake keeps the file while the job runs (and restores it if the job fails), so that
+        # `fedbayes evaluate` computes only the metrics it lacks or holds under another definition and
+        # keeps the others' values (fedbayes.eval.fingerprint); training deletes it, so a retrained run
+        # is evaluated whole
+        update(f"{RUN}/metrics.json"),
     params:
         code=CODE_HASH["evaluate"],
         out=lambda wc: run_dir(wc.experiment, wc.method, wc.point, wc.seed),

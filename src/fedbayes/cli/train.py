@@ -137,11 +137,6 @@ def cmd_evaluate(args) -> None:
     except LockHeld as e:
         raise ConfigError(f"{args.run_dir} is still training (pid {e.holder or '?'} holds {e.path}): evaluate it "
                           "when it has finished (Snakemake does so by itself)") from None
-    if not (Path(args.run_dir) / "predictions.npz").exists():
-        raise FileNotFoundError(
-            f"{args.run_dir}/predictions.npz is missing (predictions are not committed, e.g. in a fresh "
-            f"clone): retrain the run to recompute its metrics, e.g. `snakemake -R train <target>` or "
-            f"delete {args.run_dir}/history.csv")
     from fedbayes.eval.evaluate import MetricsChanged, evaluate_run  # (lazy: scipy, sklearn)
 
     try:
@@ -150,3 +145,6 @@ def cmd_evaluate(args) -> None:
         raise ConfigError(str(e)) from None
     final = m["final"]
     print(f"{args.run_dir}: round {m['final_round']}  " + "  ".join(f"{k} {v:.4f}" for k, v in final.items()))
+    if skipped := m.get("not_evaluated"):   # metrics added after the run's predictions were gone
+        print(f"{args.run_dir}: not evaluated: {', '.join(skipped)} ({args.run_dir}/predictions.npz is missing: "
+              "retrain the run to compute them)")

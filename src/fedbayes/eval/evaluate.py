@@ -11,42 +11,21 @@ metric definition changed), evaluation stops and names the run, the metric and b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import re
+import os
 from pathlib import Path
 
 import numpy as np
-from scipy.special import log_softmax
 
+from fedbayes.eval import fingerprint
+from fedbayes.eval.fingerprint import RELIABILITY, metric_codes
 from fedbayes.eval.metrics import calibration, metric_values
-from fedbayes.eval.registry import EVALUATED
+from fedbayes.eval.registry import EVALUATED, METRICS
 from fedbayes.fileio import write_text_atomic
-from fedbayes.runfiles import open_predictions, read_history_rows, read_run_info
+from fedbayes.runfiles import DamagedFile, open_predictions, read_history_rows, read_metrics, read_run_info
 
 TRAINING_ONLY = ("local/",)     # measured in training on models that are not kept (the clients' own models)
-
-
-def metrics_fingerprint() -> str:
-    """What the metric code makes of a fixed set of predictions (seeded: 300 test points of 10 classes,
-    300 OOD points): a digest of every metric the registry has evaluation compute and of the reliability bins. The same digest, the same metric
-    definitions; a definition change changes it and a refactor does not (re-evaluation follows numbers, as
-    retraining does). Recorded in metrics.json (``metric_code``) and compared by the workflow's evaluate rule,
-    which needs no record of Snakemake's for it (a fresh clone, runs committed)."""
-    rng = np.random.default_rng(20261127)
-    logits, ood = rng.normal(scale=3.0, size=(300, 10)), rng.normal(scale=1.0, size=(300, 10))
-    logp, logp_ood = (log_softmax(a, axis=1).astype(np.float32) for a in (logits, ood))
-    y = rng.integers(0, 10, size=300)
-    values = [metric_values(logp, y, logp_ood), calibration(logp, y)["bins"]]
-    # 9 significant digits: a machine's own vector exp/log (numpy's SIMD paths) moves the last bits only
-    text = json.dumps(values, sort_keys=True, default=float)
-    text = re.sub(r"-?\d+\.\d+(?:[eE][-+]?\d+)?", lambda m: f"{float(m.group()):.9g}", text)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# the metric definitions of every metrics.json written before they recorded ``metric_code``
-FROZEN_METRIC_CODE = "2b02eee37f47086e"
 
 
 class MetricsChanged(RuntimeError):
@@ -109,26 +88,69 @@ def complete_rounds(run_dir: str | Path, m: dict, info: dict) -> dict:
     return m
 
 
+NO_PREDICTIONS = ("{run}/predictions.npz is missing (predictions are not committed, e.g. in a fresh clone): retrain "
+                  "the run to recompute {what}, e.g. `snakemake -R train <target>` or delete {run}/history.csv")
+
+
 def evaluate_run(run_dir: str | Path) -> dict:
+    """The run's metrics.json, written: where one of this training is there (it is deleted when the run
+    trains), only the metrics whose code differs from the code's (``fingerprint.changes``) are computed,
+    every other value kept byte for byte; else every metric. A new metric of a run without predictions
+    is recorded as not evaluated (``not_evaluated``); a changed one stops evaluation (MetricsChanged)."""
     run_dir = Path(run_dir)
-    pred = open_predictions(run_dir)
     info = read_run_info(run_dir)
+    now = metric_codes()
+    try:
+        old = read_metrics(run_dir, info) if (run_dir / "metrics.json").exists() else None
+    except DamagedFile:
+        old = None
+    todo = fingerprint.changes(old, now, fingerprint.has_predictions(run_dir)) if old is not None else {"*": ""}
+    if "*" in todo:
+        if not fingerprint.has_predictions(run_dir):
+            raise FileNotFoundError(NO_PREDICTIONS.format(run=run_dir, what="its metrics"))
+        return _evaluate_all(run_dir, info, now)
+    if not todo:   # every metric the code's: nothing to compute (the file is touched: its job has run)
+        os.utime(run_dir / "metrics.json")
+        return old
+    return _evaluate_some(run_dir, info, old, now, list(todo))
+
+
+def _kept(pred, suffix: str = "") -> list[tuple[int, int]]:
+    """(index, round) of each round whose predictions were kept and evaluated (``suffix``: a prediction
+    variant's, ``@mean``); a run that diverged before its first saved round has none."""
+    return [(i, int(r)) for i, r in enumerate(pred["rounds"])
+            # (all NaN: not evaluated at this round; engine: ``mc_every``, ``mc_window: false``)
+            if not np.isnan(pred[f"test_logp{suffix}"][i]).all()]
+
+
+def _kept_rounds(pred, metrics, suffix: str = "") -> dict[str, dict]:
+    """Round → the values of ``metrics`` (None: every metric evaluation computes) from the kept predictions
+    of each evaluated round."""
     y = pred["y_test"]
+    return {str(r): metric_values(pred[f"test_logp{suffix}"][i], y,
+                                  pred[f"ood_logp{suffix}"][i] if f"ood_logp{suffix}" in pred else None, metrics)
+            for i, r in _kept(pred, suffix)}
+
+
+def _variants(pred) -> list[str]:
+    """The prediction variants (e.g. test_logp@mean: BayesADMM's point prediction at the posterior mean)."""
+    return [k.split("@", 1)[1] for k in pred.files if k.startswith("test_logp@")]
+
+
+def _reliability(pred, final: int | None) -> list[dict]:
+    """The reliability bins of the final round's predictions (NaN, of an empty bin, as null)."""
+    if final is None:
+        return []
     rounds = [int(r) for r in pred["rounds"]]
+    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in b.items()}
+            for b in calibration(pred["test_logp"][rounds.index(final)], pred["y_test"])["bins"]]
 
-    def per_round(suffix: str = "") -> dict:
-        out = {}
-        for i, r in enumerate(rounds):  # (a run that diverged before its first saved round has none)
-            test = pred[f"test_logp{suffix}"][i]
-            if np.isnan(test).all():  # not evaluated at this round (engine: ``mc_every``, ``mc_window: false``)
-                continue
-            ood = pred[f"ood_logp{suffix}"][i] if f"ood_logp{suffix}" in pred else None
-            out[str(r)] = metric_values(test, y, ood)
-        return out
 
-    main = per_round()
-    # prediction variants (e.g. test_logp@mean: BayesADMM's point prediction at the posterior mean)
-    variants = {k.split("@", 1)[1]: per_round("@" + k.split("@", 1)[1]) for k in pred.files if k.startswith("test_logp@")}
+def _evaluate_all(run_dir: Path, info: dict, codes: dict[str, str]) -> dict:
+    pred = open_predictions(run_dir)
+    rounds = [int(r) for r in pred["rounds"]]
+    main = _kept_rounds(pred, None)
+    variants = {v: _kept_rounds(pred, None, "@" + v) for v in _variants(pred)}
     cfg = info["config"]
     # the final round: the last table round kept (``save_rounds``, the last round among them); a diverged
     # run (run.json "diverged") has the rounds kept before it diverged, possibly no table round
@@ -140,10 +162,52 @@ def evaluate_run(run_dir: str | Path) -> dict:
         **({"diverged": info["diverged"]} if "diverged" in info else {}),
         "final": last(main), "rounds": main,
         **({"variants": {v: {"final": last(r), "rounds": r} for v, r in variants.items()}} if variants else {}),
-        "reliability": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in b.items()}
-                        for b in calibration(pred["test_logp"][rounds.index(final)], y)["bins"]] if final is not None else [],
-        "wall_s": info.get("wall_s"), "device": info.get("device"), "metric_code": metrics_fingerprint(),
+        "reliability": _reliability(pred, final),
+        "wall_s": info.get("wall_s"), "device": info.get("device"), "metric_codes": codes,
     }
     out = complete_rounds(run_dir, out, info)
+    write_text_atomic(run_dir / "metrics.json", json.dumps(out, indent=1))
+    return out
+
+
+def _evaluate_some(run_dir: Path, info: dict, old: dict, now: dict[str, str], names: list[str]) -> dict:
+    """``old`` (this training's metrics.json) with the metrics ``names`` computed again (or, without the
+    run's predictions, those it never held recorded as not evaluated), every other value as it was."""
+    have = fingerprint.recorded(old) or {}
+    out = json.loads(json.dumps(old))   # (a copy: ``old`` is left as it was)
+    out.pop("metric_code", None)
+    if not fingerprint.has_predictions(run_dir):
+        if changed := [n for n in names if n in have]:   # its values are the old definition's
+            raise MetricsChanged(NO_PREDICTIONS.format(run=run_dir, what=", ".join(changed)).replace(
+                "predictions.npz is missing", f"the definition of {', '.join(changed)} changed since it was "
+                "evaluated, and predictions.npz is missing", 1) + " (or restore the metric code)")
+        # a metric the run never held: it cannot gain it without retraining, and says so
+        out["not_evaluated"] = {**out.get("not_evaluated", {}), **{n: now[n] for n in names}}
+        out["metric_codes"] = have
+        write_text_atomic(run_dir / "metrics.json", json.dumps(out, indent=1))
+        return out
+    pred = open_predictions(run_dir)
+    metrics = [METRICS[n] for n in names if n != RELIABILITY]
+    final = old["final_round"]
+
+    def merged(table: dict, suffix: str = "") -> tuple[dict, dict]:
+        """(the kept rounds with the recomputed values, the final round's values) of ``table`` (the main
+        predictions' or a variant's)."""
+        computed = _kept_rounds(pred, metrics, suffix) if metrics else {}
+        rounds = {str(r): {**table["rounds"].get(str(r), {}), **computed.get(str(r), {})} for _, r in _kept(pred, suffix)}
+        return rounds, {**table.get("final", {}), **computed.get(str(final), {})}
+
+    out["rounds"], out["final"] = merged(old)
+    for v in _variants(pred):
+        t = out.setdefault("variants", {}).setdefault(v, {"final": {}, "rounds": {}})
+        t["rounds"], t["final"] = merged(old.get("variants", {}).get(v, {"rounds": {}}), "@" + v)
+    if RELIABILITY in names:
+        out["reliability"] = _reliability(pred, final)
+    out["metric_codes"] = {**have, **{n: now[n] for n in names}}
+    for n in names:
+        out.get("not_evaluated", {}).pop(n, None)
+    if out.get("not_evaluated") == {}:
+        del out["not_evaluated"]
+    out = complete_rounds(run_dir, out, info)   # the rounds kept no predictions of: training's, checked again
     write_text_atomic(run_dir / "metrics.json", json.dumps(out, indent=1))
     return out

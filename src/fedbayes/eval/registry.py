@@ -1,5 +1,5 @@
 """The metrics of the project: one entry each (name, kind, function, unit, direction, label), read by the
-evaluation (which metrics it computes, and where they go: ``test/`` or ``ood/``), the metric fingerprint,
+evaluation (which metrics it computes, and where they go: ``test/`` or ``ood/``), each metric's code (fedbayes.eval.fingerprint),
 the tables, the figures, the MLflow import and the scorecard.
 
 A metric's kind is its name's first part: ``test`` (computed from the test set's predictive log-probabilities

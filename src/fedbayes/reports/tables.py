@@ -82,7 +82,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
             base, variant = split_variant(method)  # bayesadmm@mean: the bayesadmm runs' "mean" predictions
             st = status if status != "ok" or base in e["methods"] else \
                 f"not run ({base} is not in experiments.{exp}.methods)"
-            point, runs, hists, infos = "", [], [], []
+            point, runs, hists, infos, skipped = "", [], [], [], []
             if st == "ok":
                 point = selected_point(p, exp, base)
                 dirs = [run_dir(paths(p), exp, base, point, s) for s in seeds(p, exp, base)]
@@ -91,8 +91,11 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                 if spec["statistic"] in ROUND_STATISTICS:
                     infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
                     hists = [read_curves(d, info) for d, info in zip(dirs, infos)]
+                    skipped = [(s, read_metrics(d, info).get("not_evaluated", {})) for d, s, info in
+                               zip(dirs, seeds(p, exp, base), infos)]
                 else:
                     runs = [read_metrics(d) for d in dirs]
+                    skipped = [(m["seed"], m.get("not_evaluated", {})) for m in runs]
                     runs = [{**m, "rounds": m.get("variants", {}).get(variant, {}).get("rounds", {})} if variant else m
                             for m in runs]
                     infos = runs
@@ -102,7 +105,12 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                 cell_st = st if st != "ok" or not div else \
                     "diverged (" + ", ".join(f"seed {sd} at round {r}" for sd, r in div) + ")"
                 for metric in spec["metrics"]:
-                    if cell_st != "ok":
+                    # a metric added after a run's predictions were gone: recorded as not evaluated (eval.evaluate)
+                    lacking = [sd for sd, ne in skipped if metric in ne]
+                    metric_st = cell_st if cell_st != "ok" or not lacking else (
+                        f"not evaluated ({', '.join(f'seed {sd}' for sd in lacking)}: no predictions were kept "
+                        f"when {metric} was added; retrain the run to compute it)")
+                    if metric_st != "ok":
                         vals = np.array([])
                     elif key == "target":
                         vals = np.array([rounds_to_target(h, at, metric, variant, run_avg) for h in hists])
@@ -123,10 +131,10 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         if p["scale"] == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
                     tol = float(cell_tolerance(p, spec, pub[2] if pub else "", metric))
-                    note = cell_st if cell_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
+                    note = metric_st if metric_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
                     if p["scale"] == "rehearsal":
                         note = "; ".join(filter(None, ["stand-in rehearsal", note]))
-                    if has_pub is False and pub is not None and cell_st == "ok":
+                    if has_pub is False and pub is not None and metric_st == "ok":
                         note = (note + "; " if note else "") + "published: not reached / not reported"
                     rows.append({
                         "experiment": exp, "method": method, "point": point,
@@ -142,8 +150,8 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "authors_code_source": theirs[3] if theirs else "",
                         "diff": diff, "tolerance": tol,
                         "within_tol": within(has_pub, mean, diff, None if math.isnan(tol) else tol, key == "target" and pub is not None
-                                              and cell_st == "ok"),
-                        "scale": p["scale"], "status": cell_st, "note": note,
+                                              and metric_st == "ok"),
+                        "scale": p["scale"], "status": metric_st, "note": note,
                     })
     df = pd.DataFrame(rows)
     if not (df["target"].notna().any()):

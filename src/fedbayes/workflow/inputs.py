@@ -10,6 +10,7 @@ import functools
 from pathlib import Path
 
 from fedbayes import runpaths
+from fedbayes.eval import fingerprint
 from fedbayes.study import run_config, seeds
 from fedbayes.workflow import markers, numerics, plan, staleness
 
@@ -85,19 +86,18 @@ class Inputs:
         return marker + (self.gate_input(wc.method) if changed or not staleness.finished(d) else [])
 
     @functools.cached_property
-    def metric_definitions(self) -> tuple:
-        """(the definitions before they were recorded, the code's): scipy's import, once, where a
+    def metric_codes(self) -> dict[str, str]:
+        """The code of each metric (``eval.fingerprint.metric_codes``): scipy's import, once, where a
         metrics.json is met."""
-        from fedbayes.eval.evaluate import FROZEN_METRIC_CODE, metrics_fingerprint
-
-        return FROZEN_METRIC_CODE, metrics_fingerprint()
+        return fingerprint.metric_codes()
 
     def stale_metrics(self, wc) -> list[str]:
-        """A marker where a metrics.json is damaged or of other metric definitions
-        (``staleness.metrics_changes``): re-evaluated (a committed run without predictions.npz then stops,
-        naming the remedy)."""
+        """A marker where a metrics.json is damaged, or misses a metric or holds one of another definition
+        (``staleness.metrics_changes``, naming each): that metric re-evaluated (a run without
+        predictions.npz records a new metric as not evaluated, and stops on a changed one, naming the
+        remedy)."""
         d = self.run_dir(wc.experiment, wc.method, wc.point, wc.seed)
-        kind, reasons = staleness.metrics_changes(d, lambda: self.metric_definitions)
+        kind, reasons = staleness.metrics_changes(d, lambda: self.metric_codes)
         return self.marker_input(f"{self.work}/{kind or 'changed'}/{wc.experiment}/{wc.method}/{wc.point}/seed{wc.seed}.metrics.txt",
                                  "rebuilt because " if kind == "damaged" else "re-evaluated because ", reasons,
                                  [f"{d}/metrics.json"])

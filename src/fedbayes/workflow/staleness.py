@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fedbayes.study import default_changes, defaults_key, method_defaults, numerics, recorded_defaults
 from fedbayes.study import config_changes
+from fedbayes.eval import fingerprint
 from fedbayes.runfiles import metrics_problems, run_problems, selection_problems
 
 RUN_FILES = ("run.json", "history.csv")
@@ -87,20 +88,18 @@ def _defaults_shown(changes: list[str], then: dict, now: dict) -> list[str]:
     return out
 
 
-def metrics_changes(run_dir, definitions) -> tuple[str, list[str]]:
+def metrics_changes(run_dir, codes) -> tuple[str, list[str]]:
     """Why a run's metrics.json is to be computed again, as (kind, reasons): ``("damaged", problems)`` for
-    a damaged one or another run's; ``("changed", [...])`` when it was computed with other metric
-    definitions than the code's (``definitions()`` gives (those before they were recorded, the code's),
-    called only here: its cost is paid only where a metrics.json is met); ``("", [])`` otherwise
-    (none yet: the job runs for its output)."""
+    a damaged one or another run's; ``("changed", [...])`` naming each metric it holds under another code
+    than the code's, or does not hold (``eval.fingerprint.changes``; ``codes()`` gives the code's, called
+    only here: its cost is paid only where a metrics.json is met); ``("", [])`` otherwise (none yet: the
+    job runs for its output)."""
     problems, metrics = metrics_problems(Path(run_dir))
     if problems:
         return "damaged", problems
     if metrics is None:
         return "", []
-    frozen, now = definitions()
-    then = metrics.get("metric_code", frozen)
-    return "changed", [f"the metric definitions changed ({then} -> {now})"] if then != now else []
+    return "changed", list(fingerprint.changes(metrics, codes(), fingerprint.has_predictions(run_dir)).values())
 
 
 def selection_damage(selected) -> list[str]:
