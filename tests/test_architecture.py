@@ -296,7 +296,7 @@ HOST_SIDE = {("methods/bayesadmm/algorithm.py", "torch.zeros((), dtype=torch.lon
              ("methods/bayesadmm/algorithm.py", "torch.tensor(st.t)"),
              ("methods/fedcurv/algorithm.py", "torch.zeros((), dtype=torch.long)"),
              ("methods/fedcurv/algorithm.py", "torch.tensor(rnd)"),
-             ("methods/core/local.py", "torch.tensor(steps, dtype=torch.float64)")}
+             ("methods/core/batched.py", "torch.tensor(steps, dtype=torch.float64)")}
 
 
 def device_less_factories(path: Path) -> list[tuple[int, str]]:

@@ -244,7 +244,8 @@ def test_sgd_with_clipping_batches_to_the_sequential_numbers(name, extra, tmp_pa
 
 def test_clip_rows_is_clip_grad_row_by_row():
     """``clip_rows_`` = ``clip_grad_`` on each row: rows over the bound scaled, rows under it unchanged."""
-    from fedbayes.methods.core.local import clip_grad_, clip_rows_
+    from fedbayes.methods.core.batched import clip_rows_
+    from fedbayes.methods.core.local import clip_grad_
 
     G = torch.randn(5, 300) * torch.tensor([0.01, 0.1, 1.0, 10.0, 100.0])[:, None]
     rows = [g.clone() for g in G]
