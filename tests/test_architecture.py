@@ -449,7 +449,7 @@ def test_methods_read_no_engine_option():
     """An engine option (``EngineOptions``) is the engine's: a method's algorithm never reads it."""
     import dataclasses
 
-    from fedbayes.methods.spec import EngineOptions
+    from fedbayes.methods.hyperparameters import EngineOptions
 
     names = {f.name for f in dataclasses.fields(EngineOptions)}
     found = [f"{path.relative_to(SRC)}:{node.lineno}: p.{node.attr}"

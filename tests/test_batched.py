@@ -158,7 +158,7 @@ def test_ivon_batched_step_is_the_sequential_step_on_one_client():
     the states agree to round-off of the vmapped product alone (max |Δm| printed by the benchmark)."""
     from fedbayes.methods.core.base import ClientData
     from fedbayes.methods.core.ivon import IVONState, ivon_train, ivon_train_batched, lr_schedule
-    from fedbayes.methods.spec import Hyperparameters
+    from fedbayes.methods.hyperparameters import Hyperparameters
     from fedbayes.models import FlatModel, build_model
 
     torch.manual_seed(0)

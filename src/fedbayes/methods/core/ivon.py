@@ -35,7 +35,7 @@ from fedbayes.methods.core import graphs, kernels
 from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
 from fedbayes.methods.core.batched import StackedPlan
 from fedbayes.methods.core.local import train_local
-from fedbayes.methods.spec import Hyperparameters
+from fedbayes.methods.hyperparameters import Hyperparameters
 
 
 @dataclass
