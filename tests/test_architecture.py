@@ -296,7 +296,7 @@ HOST_SIDE = {("methods/bayesadmm/algorithm.py", "torch.zeros((), dtype=torch.lon
              ("methods/bayesadmm/algorithm.py", "torch.tensor(st.t)"),
              ("methods/fedcurv/algorithm.py", "torch.zeros((), dtype=torch.long)"),
              ("methods/fedcurv/algorithm.py", "torch.tensor(rnd)"),
-             ("methods/core/local.py", "torch.tensor(steps, dtype=torch.float64)")}
+             ("methods/core/batched.py", "torch.tensor(steps, dtype=torch.float64)")}
 
 
 def device_less_factories(path: Path) -> list[tuple[int, str]]:
@@ -449,7 +449,7 @@ def test_methods_read_no_engine_option():
     """An engine option (``EngineOptions``) is the engine's: a method's algorithm never reads it."""
     import dataclasses
 
-    from fedbayes.methods.spec import EngineOptions
+    from fedbayes.methods.hyperparameters import EngineOptions
 
     names = {f.name for f in dataclasses.fields(EngineOptions)}
     found = [f"{path.relative_to(SRC)}:{node.lineno}: p.{node.attr}"

@@ -158,7 +158,7 @@ def test_ivon_batched_step_is_the_sequential_step_on_one_client():
     the states agree to round-off of the vmapped product alone (max |Δm| printed by the benchmark)."""
     from fedbayes.methods.core.base import ClientData
     from fedbayes.methods.core.ivon import IVONState, ivon_train, ivon_train_batched, lr_schedule
-    from fedbayes.methods.spec import Hyperparameters
+    from fedbayes.methods.hyperparameters import Hyperparameters
     from fedbayes.models import FlatModel, build_model
 
     torch.manual_seed(0)
@@ -244,7 +244,8 @@ def test_sgd_with_clipping_batches_to_the_sequential_numbers(name, extra, tmp_pa
 
 def test_clip_rows_is_clip_grad_row_by_row():
     """``clip_rows_`` = ``clip_grad_`` on each row: rows over the bound scaled, rows under it unchanged."""
-    from fedbayes.methods.core.local import clip_grad_, clip_rows_
+    from fedbayes.methods.core.batched import clip_rows_
+    from fedbayes.methods.core.local import clip_grad_
 
     G = torch.randn(5, 300) * torch.tensor([0.01, 0.1, 1.0, 10.0, 100.0])[:, None]
     rows = [g.clone() for g in G]

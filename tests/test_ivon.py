@@ -11,7 +11,7 @@ from torch import nn
 
 from fedbayes.methods.core.base import ClientData
 from fedbayes.methods.core.ivon import IVONState, gaussian_samples_logits, ivon_step, ivon_train, lr_schedule
-from fedbayes.methods.spec import Hyperparameters
+from fedbayes.methods.hyperparameters import Hyperparameters
 from fedbayes.models import FlatModel
 
 ivon = pytest.importorskip("ivon")

@@ -13,7 +13,8 @@ import sys
 import pytest
 import yaml
 
-from fedbayes.methods.spec import REQUIRED, MethodSpec
+from fedbayes.methods.hyperparameters import REQUIRED
+from fedbayes.methods.spec import MethodSpec
 
 POINT = {"": "point"}
 EP = {"": "point", "mc": "samples"}
@@ -88,7 +89,7 @@ def test_derived_schema_is_what_was_hand_kept(repo):
     assert defs["train"]["properties"] == {k: HPARAM_RULES[k] for k in ("optimizer", "lr", "batch_size", "local_epochs",
                                                                          "grad_clip")}
     assert complete_schema(complete_schema(raw)) == complete_schema(raw)   # completing twice changes nothing
-    from fedbayes.methods.spec import DEFS
+    from fedbayes.methods.hyperparameters import DEFS
 
     assert {k: raw["$defs"][k] for k in DEFS} == DEFS   # the rules' $refs mean the same in both
 
@@ -115,7 +116,7 @@ def test_each_spec_names_its_implementation_and_needs(key):
 def test_hyperparameter_defaults_obey_their_rules():
     """A default is REQUIRED, None (off) or a value its own rule accepts."""
     from fedbayes.study import METHOD_SPECS
-    from fedbayes.methods.spec import check_value
+    from fedbayes.methods.hyperparameters import check_value
 
     for spec in METHOD_SPECS.values():
         for f in dataclasses.fields(spec.params):
@@ -174,7 +175,7 @@ def test_a_method_reads_its_own_specs_typed_hyperparameters_from_init(monkeypatc
 
     from fedbayes.methods import build_method, method_specs
     from fedbayes.methods.fedbe import Params as FedBEParams
-    from fedbayes.methods.spec import hyperparameters, like
+    from fedbayes.methods.hyperparameters import hyperparameters, like
     from fedbayes.models import FlatModel
 
     @hyperparameters

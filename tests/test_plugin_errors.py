@@ -67,7 +67,8 @@ def test_the_closest_key_suggested_is_a_close_one(tmp_path):
 
 BOOM_SPEC = '''
 from fedbayes.methods.fedavg import Params as FedAvgParams
-from fedbayes.methods.spec import POSINT, MethodSpec, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import POSINT, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -13,7 +13,8 @@ Torch-free: fedbayes reads this spec to validate params.yaml and plan the DAG; t
 """
 
 from fedbayes.methods.fedavg import Params as FedAvgParams
-from fedbayes.methods.spec import POSINT, POSNUM, MethodSpec, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import POSINT, POSNUM, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -40,7 +40,7 @@ from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.base import RunContext
 from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
 from fedbayes.methods.failure import method_failure
-from fedbayes.methods.spec import REQUIRED, EngineOptions
+from fedbayes.methods.hyperparameters import REQUIRED, EngineOptions
 from fedbayes.models import FlatModel, build_model
 from fedbayes.provenance import code_identity, plugin_identity, resume_key
 from fedbayes.study.model import RunSpec

@@ -1,6 +1,7 @@
 """Federated methods. Each is a package ``fedbayes.methods.<key>``: its torch-free ``MethodSpec`` and
-``Params`` in ``__init__`` (``fedbayes.methods.spec``), its tensor math, a ``Method`` subclass
-(``fedbayes.methods.core.base``), in ``algorithm``; what several share is in ``fedbayes.methods.core``.
+``Params`` in ``__init__`` (``fedbayes.methods.spec``, ``fedbayes.methods.hyperparameters``), its tensor
+math, a ``Method`` subclass (``fedbayes.methods.core.base``), in ``algorithm``; what several share is
+in ``fedbayes.methods.core``.
 Every method, fedbayes' own and an installed package's, is registered under the entry-point group
 ``fedbayes.methods``; ``method_specs`` is the registry.
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from fedbayes.methods.spec import ENTRY_POINT_GROUP, Hyperparameters, MethodSpec, method_specs
+from fedbayes.methods.hyperparameters import Hyperparameters
+from fedbayes.methods.spec import ENTRY_POINT_GROUP, MethodSpec, method_specs
 
 if TYPE_CHECKING:
     from fedbayes.methods.core.base import Method

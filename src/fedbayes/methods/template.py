@@ -45,7 +45,8 @@ average (1: FedAvg). Torch-free: fedbayes reads this spec to validate params.yam
 tensor math (``algorithm.py``) is imported only when a run trains."""
 
 from fedbayes.methods.fedavg import Params as FedAvgParams
-from fedbayes.methods.spec import POSNUM, MethodSpec, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import POSNUM, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedbayes.methods.spec import REQUIRED
+from fedbayes.methods.hyperparameters import REQUIRED
 from fedbayes.study.names import METHOD_SPECS
 
 

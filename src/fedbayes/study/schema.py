@@ -12,7 +12,8 @@ from typing import Any
 from fedbayes import frontdoor
 from fedbayes.fileio import load_yaml
 from fedbayes.frontdoor import ConfigError
-from fedbayes.methods.spec import Validator, hparam_rules, sweepable, train_keys
+from fedbayes.methods.hyperparameters import Validator
+from fedbayes.methods.spec import hparam_rules, sweepable, train_keys
 from fedbayes.study import names
 from fedbayes.study.installed import _foreign_hparams, _left_out_methods, _uninstalled_methods
 from fedbayes.study.semantics import check_semantics

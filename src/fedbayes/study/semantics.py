@@ -6,7 +6,8 @@ from __future__ import annotations
 from fedbayes import frontdoor
 from fedbayes.data import DATASETS
 from fedbayes.frontdoor import ConfigError
-from fedbayes.methods.spec import Hyperparameters, defaults, plugin_problems
+from fedbayes.methods.hyperparameters import Hyperparameters, defaults
+from fedbayes.methods.spec import plugin_problems
 from fedbayes.published import load_paper, published_row
 from fedbayes.study import names
 from fedbayes.study.installed import _items

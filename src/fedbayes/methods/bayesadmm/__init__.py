@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from fedbayes.methods.core.params import IVONParams
-from fedbayes.methods.spec import NONNEG, POSNUM, REQUIRED, MethodSpec, enum, hparam, hyperparameters, like
+from fedbayes.methods.hyperparameters import NONNEG, POSNUM, REQUIRED, enum, hparam, hyperparameters, like
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from fedbayes.methods.core.ivon import lr_schedule
-from fedbayes.methods.core.local import make_optimizer, train_local, train_local_batched
+from fedbayes.methods.core.batched import train_local_batched
+from fedbayes.methods.core.local import make_optimizer, train_local
 from fedbayes.models import FlatModel
 
 Tensors = dict[str, torch.Tensor]
@@ -306,7 +307,7 @@ def local_train_batched(method: Method, w_start: torch.Tensor, datas: list[Clien
                         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None
                         ) -> list[LocalResult] | None:
     """``method.local_train`` without ``extra_loss`` for several clients at once
-    (``methods.local.train_local_batched``; ``extra_grad`` of the stacked weights (C, P)): (weights (C, P),
+    (``methods.core.batched.train_local_batched``; ``extra_grad`` of the stacked weights (C, P)): (weights (C, P),
     each client's ``LocalResult``, or None where the hyperparameters ask for what the batched loop does not
     do (a learning-rate schedule) or the model draws (dropout) or mixes rows (batch norm)."""
     p = method.p

@@ -1,6 +1,6 @@
 """A batched local loop's step captured once as a CUDA graph and replayed for every later step.
 
-A round's clients trained together (``local.train_local_batched``, ``ivon.ivon_train_batched``) take
+A round's clients trained together (``batched.train_local_batched``, ``ivon.ivon_train_batched``) take
 one step as a few dozen small kernels (the vmapped forward and backward, the noise draws, the
 optimiser's update); for the papers' small models each kernel runs for microseconds, so eager
 execution is bound by the host dispatching them (reports/evidence/gpu.md). A CUDA graph records the

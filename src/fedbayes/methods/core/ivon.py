@@ -33,8 +33,9 @@ import torch.nn.functional as F
 
 from fedbayes.methods.core import graphs, kernels
 from fedbayes.methods.core.chunks import networks_per_chunk, stacked_logits
-from fedbayes.methods.core.local import StackedPlan, train_local
-from fedbayes.methods.spec import Hyperparameters
+from fedbayes.methods.core.batched import StackedPlan
+from fedbayes.methods.core.local import train_local
+from fedbayes.methods.hyperparameters import Hyperparameters
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _fall_back(err: Exception) -> None:
 
 
 class IVON:
-    """IVON as a local optimiser of ``train_local`` (``methods/local.py``): its ``gradient`` is the
+    """IVON as a local optimiser of ``train_local`` (``methods/core/local.py``): its ``gradient`` is the
     MC average over posterior samples θ_s = m + ε_s/sqrt(λ(h + δ)) (noise from torch's global generator,
     which the engine seeds per round and client, drawn by ``kernels.sample_``: torch.randn's numbers), and
     its ``step`` is ``_ivon_step_`` on copies of the state (the caller's tensors are never written). ``lr(i, n)``: the rate of local step i of n."""
@@ -269,7 +270,7 @@ def ivon_train_batched(fm, sts: list[IVONState], datas: list, rngs: list[np.rand
     """``ivon_train`` with one posterior sample a step (``mc_samples: 1``) and minibatch-mean cross-entropy
     for C clients together: client c's arguments are the c-th entries of the lists. Their states are
     stacked (C, P); at step s the C sampled networks' minibatch gradients are one vmapped call
-    (``local.StackedPlan``) and their IVON updates one pass of ``_ivon_step_`` over the stacks, the
+    (``batched.StackedPlan``) and their IVON updates one pass of ``_ivon_step_`` over the stacks, the
     per-client numbers (rate, effective sample size, debiasing divisor) as (C, 1) columns of the float32
     values the sequential step computes with. Client c draws its minibatches from ``rngs[c]`` as
     ``minibatches`` would and its noise from ``generators[c]`` (seeded as the engine seeds torch's global

@@ -1,11 +1,11 @@
-"""Hyperparameter groups several methods' ``Params`` extend (torch-free; ``fedbayes.methods.spec``).
+"""Hyperparameter groups several methods' ``Params`` extend (torch-free; ``fedbayes.methods.hyperparameters``).
 A default is the value the implementation uses when params.yaml gives none (``REQUIRED``: it must be
 given); a run records the defaults it read (run.json ``defaults``, ``fedbayes.study.rerun``)."""
 
 from __future__ import annotations
 
-from fedbayes.methods.spec import (NONNEG, POSINT, POSNUM, REQUIRED, SHARE, Hyperparameters, enum, hparam,
-                                   hyperparameters, like)
+from fedbayes.methods.hyperparameters import (NONNEG, POSINT, POSNUM, REQUIRED, SHARE, Hyperparameters, enum, hparam,
+                                              hyperparameters, like)
 
 
 @hyperparameters

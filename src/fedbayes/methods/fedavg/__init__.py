@@ -4,7 +4,8 @@ the math is ``algorithm.py``."""
 from __future__ import annotations
 
 from fedbayes.methods.core.params import WeightDecay
-from fedbayes.methods.spec import MethodSpec, hyperparameters
+from fedbayes.methods.hyperparameters import hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

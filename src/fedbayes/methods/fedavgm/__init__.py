@@ -4,7 +4,8 @@ of FedPA, FedEP and FedSEP (their ``Params`` extend this one)."""
 from __future__ import annotations
 
 from fedbayes.methods.core.params import ServerStep, WeightDecay
-from fedbayes.methods.spec import NONNEG_INT, SHARE, Hyperparameters, MethodSpec, hparam, hyperparameters, like
+from fedbayes.methods.hyperparameters import NONNEG_INT, SHARE, Hyperparameters, hparam, hyperparameters, like
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

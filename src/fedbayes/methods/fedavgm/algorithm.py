@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from fedbayes.methods.core.base import Method
-from fedbayes.methods.core.local import FlatSGD, StackedIterates, train_local, train_local_batched
+from fedbayes.methods.core.batched import StackedIterates, train_local_batched
+from fedbayes.methods.core.local import FlatSGD, train_local
 
 
 class FedAvgM(Method):

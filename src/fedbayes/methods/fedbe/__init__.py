@@ -4,7 +4,8 @@ teachers on unlabeled server data."""
 from __future__ import annotations
 
 from fedbayes.methods.core.params import WeightDecay
-from fedbayes.methods.spec import BOOL, NONNEG, NONNEG_INT, POSINT, POSNUM, SHARE, MethodSpec, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import BOOL, NONNEG, NONNEG_INT, POSINT, POSNUM, SHARE, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fedbayes.methods.core.params import CurvatureParams
-from fedbayes.methods.spec import MethodSpec, enum, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import enum, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

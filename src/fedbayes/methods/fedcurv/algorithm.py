@@ -39,7 +39,8 @@ import torch.nn.functional as F
 from fedbayes.methods.core.base import ClientData, Method, local_train_batched, weighted_mean
 from fedbayes.methods.core.curvature import (diag_ggn, evaluation_mode, per_example_grads, prior_has_gradient,
                                              prior_loss, stacked_prior_grad_fn)
-from fedbayes.methods.core.local import StackedFisher, StackedPlan, minibatches
+from fedbayes.methods.core.batched import StackedFisher, StackedPlan
+from fedbayes.methods.core.local import minibatches
 
 
 def offline_fisher(fm, w: torch.Tensor, data: ClientData, rng, batch_size: int, norm: str = "code") -> torch.Tensor:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from fedbayes.methods.core.params import IVONParams
 from fedbayes.methods.fedavgm import Params as FedAvgMParams
-from fedbayes.methods.spec import NONNEG, POSINT, POSNUM, MethodSpec, enum, hparam, hyperparameters, like
+from fedbayes.methods.hyperparameters import NONNEG, POSINT, POSNUM, enum, hparam, hyperparameters, like
+from fedbayes.methods.spec import MethodSpec
 
 EP_AND_MC = {"": "point", "mc": "samples"}   # the mean of q_g; its Monte Carlo predictive
 

@@ -4,7 +4,8 @@ predictive, and the point at its mean (``fedivon@mean``)."""
 from __future__ import annotations
 
 from fedbayes.methods.core.params import IVONParams
-from fedbayes.methods.spec import POSNUM, REQUIRED, MethodSpec, hparam, hyperparameters, like
+from fedbayes.methods.hyperparameters import POSNUM, REQUIRED, hparam, hyperparameters, like
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

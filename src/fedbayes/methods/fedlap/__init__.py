@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from fedbayes.methods.core.params import ProxTerm
-from fedbayes.methods.spec import POSINT, POSNUM, REQUIRED, Hyperparameters, MethodSpec, enum, hparam, hyperparameters, like
+from fedbayes.methods.hyperparameters import (POSINT, POSNUM, REQUIRED, Hyperparameters, enum, hparam,
+                                              hyperparameters, like)
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fedbayes.methods.fedlap import Params as FedLapParams
-from fedbayes.methods.spec import NONNEG, NONNEG_INT, POSNUM, MethodSpec, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import NONNEG, NONNEG_INT, POSNUM, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

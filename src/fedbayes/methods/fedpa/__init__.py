@@ -4,7 +4,8 @@ FedAvg-M's burn-in."""
 from __future__ import annotations
 
 from fedbayes.methods.fedavgm import Params as FedAvgMParams
-from fedbayes.methods.spec import NONNEG_INT, POSNUM, MethodSpec, hparam, hyperparameters
+from fedbayes.methods.hyperparameters import NONNEG_INT, POSNUM, hparam, hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

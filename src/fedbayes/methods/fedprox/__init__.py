@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fedbayes.methods.core.params import ProxTerm, WeightDecay
-from fedbayes.methods.spec import MethodSpec, hyperparameters
+from fedbayes.methods.hyperparameters import hyperparameters
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fedbayes.methods.core.params import CurvatureParams
-from fedbayes.methods.spec import POSNUM, Hyperparameters, MethodSpec, hparam, hyperparameters, like
+from fedbayes.methods.hyperparameters import POSNUM, Hyperparameters, hparam, hyperparameters, like
+from fedbayes.methods.spec import MethodSpec
 
 
 @hyperparameters

@@ -35,7 +35,8 @@ import torch
 from fedbayes.methods.core import kernels
 from fedbayes.methods.core.base import ClientData, Method
 from fedbayes.methods.core.curvature import per_example_grads, prior_grad_fn, stacked_prior_grad_fn
-from fedbayes.methods.core.local import StackedFisher, make_optimizer, train_local, train_local_batched
+from fedbayes.methods.core.batched import StackedFisher, train_local_batched
+from fedbayes.methods.core.local import make_optimizer, train_local
 
 
 def product_aggregate(thetas: torch.Tensor, precisions: torch.Tensor, weights: torch.Tensor,
