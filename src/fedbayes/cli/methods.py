@@ -6,7 +6,8 @@ import dataclasses
 
 from fedbayes.cli.common import _params
 from fedbayes.frontdoor import check_device
-from fedbayes.methods.spec import REQUIRED, plugin_origin
+from fedbayes.methods.hyperparameters import REQUIRED
+from fedbayes.methods.spec import plugin_origin
 from fedbayes.methods.template import new_method
 from fedbayes.study import METHOD_SPECS, ConfigError, check_implementations, experiment_config, overlay_replacements, seeds
 
