@@ -22,32 +22,19 @@ import pytest
 import yaml
 
 from dagutil import read_params
+from pluginutil import synthetic_params
 from fedbayes.cli import warm
 from fedbayes.study import load_params, sweep_points
 
-SYNTH = {"dataset": "synthetic", "subsample": 1.0, "clients": 4, "partition": {"scheme": "iid"}, "rounds": 2,
-         "report_rounds": [2], "model": {"name": "mlp", "hidden": [16], "activation": "relu"},
-         "input_scale": "unit", "train": {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1},
-         # FedAvg, and IVON's sampled weights and a 4-sample predictive: PyTorch's random generator in use
-         "methods": {"fedavg": None, "fedivon": None}}
+# FedAvg, and IVON's sampled weights and a 4-sample predictive: PyTorch's random generator in use
+METHODS = {"fedavg": None, "fedivon": None}
 FEDBAYES = [sys.executable, "-m", "fedbayes.cli"]
 
 
 @pytest.fixture
-def study(tmp_path, repo):
+def study(tmp_path):
     """A params.yaml with one small synthetic experiment, every output under ``tmp_path``."""
-    p = read_params(repo)
-    p["experiments"] = {"synth": SYNTH}
-    p["seeds"] = [0]
-    p["smoke"].pop("experiments", None)
-    p["tables"] = {}
-    p.pop("headline")
-    p["paths"] = {k: str(tmp_path / k) for k in ("raw", "partitions", "runs", "reports", "work")}
-    p["paths"]["mlflow_uri"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    (tmp_path / "workflow/schemas").mkdir(parents=True)
-    (tmp_path / "workflow/schemas/params.schema.yaml").write_text(
-        (repo / "workflow/schemas/params.schema.yaml").read_text())
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    synthetic_params(tmp_path, METHODS)
     return tmp_path
 
 
