@@ -154,6 +154,21 @@ def test_no_server_or_a_dead_socket_runs_the_command_itself(study, tmp_path):
         shutil.rmtree(folder)
 
 
+def test_a_build_killed_without_stop_leaves_no_folder_behind(study):
+    """Snakemake killed outright never calls `stop`: its servers end when it is gone, and the last removes
+    the folder (a killed build used to leave one in /tmp)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folder = tempfile.mkdtemp(prefix="fbw-", dir="/tmp")
+    Path(folder, "owner").write_text(str(gone.pid))
+    r = fedbayes(["validate"], study, folder)     # no server yet: it starts one and runs itself
+    assert "params.yaml is valid" in r.stdout
+    deadline = time.monotonic() + 120
+    while Path(folder).exists():
+        assert time.monotonic() < deadline, sorted(os.listdir(folder))
+        time.sleep(0.2)
+
+
 def test_start_and_stop_as_the_snakefile_calls_them(study, tmp_path, monkeypatch):
     monkeypatch.delenv(warm.WARM_ENV, raising=False)
     folder = warm.start(tmp_path / "work")

@@ -339,6 +339,27 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
         except FileNotFoundError:
             pass
         _reap(waiting, block=True)    # each running command's status still goes back to it
+        if not _alive(owner):
+            _leave_nothing(path)
+
+
+def _leave_nothing(path: str) -> None:
+    """A build killed without its ``stop``: the last server of its folder removes the folder (its log lines
+    go with it; ``stop`` keeps them in work/warm.log)."""
+    import shutil
+
+    base = path[:-len(".sock")]
+    for f in (base + ".starting", base + ".log"):
+        try:
+            os.unlink(f)
+        except FileNotFoundError:
+            pass
+    folder = os.path.dirname(path)
+    try:
+        if set(os.listdir(folder)) <= {"owner"}:
+            shutil.rmtree(folder, ignore_errors=True)
+    except FileNotFoundError:
+        pass
 
 
 def _owner(folder: str) -> int | None:
