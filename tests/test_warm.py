@@ -139,13 +139,13 @@ def test_another_environment_runs_the_command_itself_and_starts_its_own_server(s
     wait_for(sock)
     r = fedbayes(["validate"], study, folder, **other)
     assert "params.yaml is valid" in r.stdout and forked(log) == []
-    assert len(forked(Path(sock[:-len(".sock")] + ".log"))) == 1
+    assert len(forked(Path(sock).with_suffix(".log"))) == 1
 
 
 def test_no_server_or_a_dead_socket_runs_the_command_itself(study, tmp_path):
     folder = tempfile.mkdtemp(prefix="fbw-", dir="/tmp")
     Path(warm.socket_for(folder, clean_env())).write_text("")     # a socket file left by a killed server
-    Path(warm.socket_for(folder, clean_env())[:-len(".sock")] + ".starting").write_text("")
+    Path(warm.socket_for(folder, clean_env())).with_suffix(".starting").write_text("")
     try:
         for where in (folder, str(tmp_path / "none"), "0", "not a folder; rm -rf /", "/x" * 200):
             r = fedbayes(["validate"], study, where)
@@ -248,8 +248,7 @@ def test_a_server_told_to_stop_still_gives_a_running_command_its_status(study, s
     child = started(cmd, log)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(warm.socket_for(folder, clean_env()))
-    msg = json.dumps({"stop": True}).encode()
-    socket.send_fds(s, [warm._LEN.pack(len(msg)) + msg], [])
+    warm._send(s, {"stop": True}, [])
     assert warm._readline(s) == "stopped"
     s.close()
     time.sleep(0.5)

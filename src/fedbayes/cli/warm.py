@@ -84,7 +84,8 @@ def delegate(argv: list[str]) -> int | None:
     folder = os.environ.get(WARM_ENV)
     if not folder or folder == "0" or not os.path.isdir(folder):
         return None
-    path = socket_for(folder, os.environ)
+    key = env_key(os.environ)
+    path = os.path.join(folder, key + ".sock")    # socket_for, with the key the request carries
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(path)
@@ -95,9 +96,7 @@ def delegate(argv: list[str]) -> int | None:
     try:
         umask = os.umask(0)
         os.umask(umask)
-        msg = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
-                          "key": env_key(os.environ)}).encode()
-        socket.send_fds(s, [_LEN.pack(len(msg)) + msg], [0, 1, 2])
+        _send(s, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask, "key": key}, [0, 1, 2])
         reply = _readline(s)
     except OSError:
         s.close()
@@ -114,19 +113,14 @@ def delegate(argv: list[str]) -> int | None:
             pass
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
-    while True:
-        try:
-            status = _readline(s)
-            break
-        except InterruptedError:
-            continue
-        except OSError:   # the server ended before answering: wait the child out; its status is lost
-            while _alive(child):
-                time.sleep(0.1)
-            print(f"fedbayes: the warm server ended while {' '.join(argv[:1])} ran (pid {child}); its exit status "
-                  f"is unknown, so it counts as failed: run it again", file=sys.stderr)
-            status = "exit 1"
-            break
+    try:   # a forwarded signal's handler returns, and the read goes on (PEP 475)
+        status = _readline(s)
+    except OSError:   # the server ended before answering: wait the child out; its status is lost
+        while _alive(child):
+            time.sleep(0.1)
+        print(f"fedbayes: the warm server ended while {' '.join(argv[:1])} ran (pid {child}); its exit status "
+              f"is unknown, so it counts as failed: run it again", file=sys.stderr)
+        status = "exit 1"
     s.close()
     kind, _, value = status.partition(" ")
     if kind == "signal":
@@ -140,15 +134,21 @@ def _spawn(folder: str, path: str) -> None:
     import subprocess
 
     try:
-        os.close(os.open(path[:-len(".sock")] + ".starting", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(os.open(Path(path).with_suffix(".starting"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except OSError:
         return
     try:
-        with open(path[:-len(".sock")] + ".log", "ab") as err:
+        with open(Path(path).with_suffix(".log"), "ab") as err:
             subprocess.Popen([sys.executable, "-c", SERVE, path], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=err, close_fds=True, start_new_session=True)
     except OSError:
         pass
+
+
+def _send(s: socket.socket, payload: dict, fds: list[int]) -> None:
+    """One request: its JSON, length first, with the file descriptors ``fds`` passed beside it."""
+    msg = json.dumps(payload).encode()
+    socket.send_fds(s, [_LEN.pack(len(msg)) + msg], fds)
 
 
 def _readline(s: socket.socket) -> str:
@@ -278,10 +278,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
     files = _module_files()
     key = env_key(os.environ)
     owner = _owner(os.path.dirname(path))
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    Path(path).unlink(missing_ok=True)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path)
     os.chmod(path, 0o600)
@@ -334,10 +331,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
                     return
     finally:
         srv.close()
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        Path(path).unlink(missing_ok=True)
         _reap(waiting, block=True)    # each running command's status still goes back to it
         if not _alive(owner):
             _leave_nothing(path)
@@ -348,12 +342,8 @@ def _leave_nothing(path: str) -> None:
     go with it; ``stop`` keeps them in work/warm.log)."""
     import shutil
 
-    base = path[:-len(".sock")]
-    for f in (base + ".starting", base + ".log"):
-        try:
-            os.unlink(f)
-        except FileNotFoundError:
-            pass
+    for suffix in (".starting", ".log"):
+        Path(path).with_suffix(suffix).unlink(missing_ok=True)
     folder = os.path.dirname(path)
     try:
         if set(os.listdir(folder)) <= {"owner"}:
@@ -438,8 +428,7 @@ def stop() -> None:
         try:
             s.settimeout(30)
             s.connect(str(sock))
-            msg = json.dumps({"stop": True}).encode()
-            socket.send_fds(s, [_LEN.pack(len(msg)) + msg], [])
+            _send(s, {"stop": True}, [])
             _readline(s)
         except OSError:
             pass
