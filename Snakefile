@@ -6,27 +6,31 @@
 
 import sys
 
-import yaml
-from snakemake.utils import min_version
+from snakemake.utils import min_version, update_config
 
 from fedbayes.study import ConfigError, as_read, check_implementations, load_params_text, validate
 from fedbayes.study.memo import share_for_good
+from fedbayes.fileio import load_yaml
 from fedbayes.frontdoor import check_device, environment_problems
 from fedbayes.cli.warm import start as start_warm, stop as stop_warm
 
 min_version("9.0")
 
 
-# params.yaml as written, through fedbayes' loader first: Snakemake's own YAML loader keeps the last of
-# two equal keys silently and expands an alias bomb; a file that is not UTF-8 or holds no mapping is
-# refused too (ConfigError in one line naming the file, the key and line, or the bomb).
+# params.yaml as written, through fedbayes' loader: Snakemake's own YAML loader (`configfile:`) keeps the
+# last of two equal keys silently, expands an alias bomb and parses in pure Python (≈ 1 s a plan); a file
+# that is not UTF-8 or holds no mapping is refused too (ConfigError in one line naming the file, the key
+# and line, or the bomb). Then what `configfile:` does: the command line's --config/--configfile values laid
+# over it key by key (`--configfile` alone, with Snakemake's --replace-workflow-config).
 try:
-    load_params_text(Path(workflow.basedir, "params.yaml"))
+    _params_yaml = load_params_text(Path(workflow.basedir, "params.yaml"))
 except ConfigError as e:   # the problem alone, without Snakemake's "in file Snakefile, line …" and frames
     sys.exit(str(e))
-
-
-configfile: "params.yaml"
+workflow.configfiles.append("params.yaml")
+if not (workflow.config_settings.replace_workflow_config and workflow.config_settings.overwrite_config):
+    config.clear()
+    update_config(config, _params_yaml)
+    update_config(config, workflow.config_settings.overwrite_config)
 
 
 # `snakemake --report report.html`: the results as a browsable site (outputs marked with report() in
@@ -38,7 +42,7 @@ report: "workflow/report/workflow.rst"
 # dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
 try:   # each problem in its own line, naming the key; exit 1 before any job
     as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
-    validate(config, yaml.safe_load(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
+    validate(config, load_yaml(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
     # An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
     # not in each of its training jobs (it imports torch; the jobs' own validation does not).
     check_implementations(config)
