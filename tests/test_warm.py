@@ -276,3 +276,19 @@ def test_the_key_follows_what_libraries_read_at_import():
     for k, v in (("OMP_NUM_THREADS", "1"), ("ATEN_CPU_CAPABILITY", "default"), ("PYTHONHASHSEED", "0"),
                  ("MKL_ENABLE_INSTRUCTIONS", "SSE4_2"), ("NPY_DISABLE_CPU_FEATURES", "AVX2")):
         assert warm.env_key(base) != warm.env_key(base | {k: v}), k
+
+
+def test_the_server_watches_fedbayes_sources_and_the_folders_packages_are_installed_in(tmp_path, monkeypatch):
+    """fedbayes' own job modules are preloaded too: an edit of one, or a package installed into a folder
+    on sys.path (a plug-in) in the middle of a build, ends the server (the commands then run themselves)."""
+    import fedbayes.cli.app
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    files = warm._module_files()
+    assert fedbayes.cli.app.__file__ in files and str(site) in files
+    assert set(warm.PRELOAD_OWN) >= {"fedbayes.cli.app", "fedbayes.engine.loop"}
+    assert warm._changed(files) is None
+    (site / "fedbayes_myplugin-1.0.dist-info").mkdir()
+    assert warm._changed(files) == str(site)

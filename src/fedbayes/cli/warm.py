@@ -13,16 +13,18 @@ starts one in the background and runs itself.
 
 What makes the child the same as a fresh process:
 
-* **Only third-party libraries are preloaded** (``PRELOAD``), never fedbayes' own modules (beyond the
-  package's ``__init__``, which sets the numerics environment before the libraries load, as in every
-  process): the workflow's code, params.yaml, schemas and plug-ins are read from disk by the child. No
-  library function is called in the server, so no random generator, thread pool or cached file is used
-  before the fork (PyTorch's generator keeps its default seed; a run seeds its own anyway).
+* **Modules are imported, nothing is run**: the libraries (``PRELOAD``) and fedbayes' own modules that
+  every job imports (``PRELOAD_OWN``: the command line, the engine, evaluation; none of them reads a file,
+  the working directory or an environment variable when imported). No function is called in the server,
+  so no random generator, thread pool, cache or file is used before the fork (PyTorch's generator keeps
+  its default seed; a run seeds its own anyway); params.yaml, schemas, data and the methods' packages
+  (plug-ins) are read by the child.
 * **The environment that libraries read at import** (``env_key``: thread counts, instruction-set caps,
   ``PYTHON*``, ``LD_*``, the interpreter) must equal the server's, else the command runs itself.
 * **The preloaded files must be unchanged** (size and modification time of every loaded module's file,
-  checked at each fork): after a ``pip install`` in the middle of a build, the server refuses and ends,
-  and the commands run themselves.
+  and of each folder on ``sys.path``, where an installed or removed package shows; checked at each fork):
+  after an edit of fedbayes' sources or a ``pip install`` in the middle of a build, the server refuses
+  and ends, and the commands run themselves.
 * The child takes the command's streams as its file descriptors 0-2 (a job's ``log:`` redirection
   included), its directory, environment and umask, and rebuilds ``sys.stdout``/``sys.stderr`` as Python
   would for those descriptors.
@@ -55,9 +57,13 @@ from pathlib import Path
 WARM_ENV = "FEDBAYES_WARM"
 # what a fedbayes job imports from outside the package (python -X importtime on train/evaluate/select)
 PRELOAD = ("numpy", "torch", "scipy.special", "jsonschema", "yaml", "tqdm")
+# and fedbayes' modules a train, evaluate or select job imports (≈ 0.4 CPU-s a job; the selection's pandas
+# 0.5 more). Not the reports': matplotlib reads a matplotlibrc in the working directory when it is imported.
+PRELOAD_OWN = ("fedbayes.cli.app", "fedbayes.engine.loop", "fedbayes.engine.data", "fedbayes.eval.evaluate",
+               "fedbayes.reports.selection")
 # environment variables a preloaded library (or the interpreter) reads when it loads
 KEY_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "ATEN_", "TORCH", "PYTORCH_",
-                "CUDA_", "CUBLAS_", "NVIDIA_", "NPY_", "NUMPY_", "PYTHON", "LD_", "MALLOC_")
+                "CUDA_", "CUBLAS_", "NVIDIA_", "NPY_", "NUMPY_", "PANDAS_", "PYTHON", "LD_", "MALLOC_")
 SERVE = "import sys; from fedbayes.cli.warm import serve; serve(sys.argv[1])"
 IDLE_S = 600.0             # a server nobody spoke to for this long ends (a build killed without its `stop`)
 _LEN = struct.Struct("!I")
@@ -164,9 +170,9 @@ def _readline(s: socket.socket) -> str:
 # -- the server's side --------------------------------------------------------------------------------
 
 def _module_files() -> dict[str, tuple[int, int]]:
+    """Size and modification time of each loaded module's file and of each folder on ``sys.path``."""
     out = {}
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
+    for f in [getattr(mod, "__file__", None) for mod in list(sys.modules.values())] + [p for p in sys.path if p]:
         if f:
             try:
                 st = os.stat(f)
@@ -270,10 +276,10 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
     import importlib
 
     import fedbayes  # noqa: F401  (the numerics environment, before the libraries load)
-    for name in PRELOAD:
+    for name in PRELOAD + PRELOAD_OWN:
         try:
             importlib.import_module(name)
-        except ImportError:
+        except Exception:   # a missing library, a source being edited: each child imports it and says so
             pass
     files = _module_files()
     key = env_key(os.environ)
