@@ -102,9 +102,9 @@ def test_misspelt_bayesadmm_toy_key_is_refused_by_name(params, schema, path):
 def test_scale_smoke_overrides(params):
     params["scale"] = "smoke"
     assert seeds(params) == params["smoke"]["seeds"]
-    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=5")
+    cfg = run_config(params, "fmnist10-iid-k10", "fedavg", 0, "local_epochs=2")   # smoke.sweep's values
     assert cfg["rounds"] == params["smoke"]["experiment"]["rounds"]
-    assert cfg["hparams"]["local_epochs"] == 5 != params["smoke"]["train"]["local_epochs"]  # the sweep point wins
+    assert cfg["hparams"]["local_epochs"] == 2 != params["smoke"]["train"]["local_epochs"]  # the sweep point wins
     assert len(sweep_points(params, "fmnist10-iid-k10", "fedavg")) == params["smoke"]["sweep_limit"]
     assert paths(params)["runs"].endswith("/smoke")
     # smoke tables, sweeps and figures never share a path with the committed paper-scale ones
@@ -234,7 +234,8 @@ def test_smoke_experiment_and_hparam_overrides(params):
     assert experiment_config(params, "fmnist-dir-k100")["clients"] == 100
     point = next(iter(sweep_points(smoke, "fmnist10-dir-k10", "fedlap_func")))
     assert method_hparams(smoke, "fmnist10-dir-k10", "fedlap_func", point)["server_iters"] == 100
-    assert method_hparams(params, "fmnist10-dir-k10", "fedlap_func", point)["server_iters"] == 5000
+    paper_point = next(iter(sweep_points(params, "fmnist10-dir-k10", "fedlap_func")))   # smoke.sweep's epochs
+    assert method_hparams(params, "fmnist10-dir-k10", "fedlap_func", paper_point)["server_iters"] == 5000
 
 
 def test_method_seeds_in_an_experiment(params, schema):
@@ -915,7 +916,7 @@ def test_a_scales_per_experiment_method_block_is_read(params, schema):
         "fedavg": {"lr": 0.005, "sweep": {"local_epochs": [3]}}}
     validate(copy.deepcopy(params), schema)
     small = {**params, "scale": "smoke"}
-    assert list(sweep_points(small, "fmnist10-iid-k10", "fedavg")) == ["local_epochs=3"]
+    assert list(sweep_points(small, "fmnist10-iid-k10", "fedavg")) == ["local_epochs=3"]   # over smoke.sweep's
     hp = method_hparams(small, "fmnist10-iid-k10", "fedavg", "local_epochs=3")
     assert hp["lr"] == 0.005 and hp["local_epochs"] == 3
     params.setdefault("rehearsal", {}).setdefault("experiments", {})["fmnist10-iid-k10"] = {
@@ -932,8 +933,14 @@ def test_a_scales_sweep_values_replace_every_grids_values_of_that_key(params, sc
     from fedbayes.study import sweep_points
 
     params.setdefault("rehearsal", {})["sweep"] = {"local_epochs": [2]}
+    params.setdefault("smoke", {})["sweep"] = {"local_epochs": [1, 2]}
     validate(copy.deepcopy(params), schema)
     assert list(sweep_points({**params, "scale": "rehearsal"}, "cifar10-labeldir0.01-k20", "fedavg")) == ["local_epochs=2"]
+    assert list(sweep_points({**params, "scale": "smoke"}, "cifar10-labeldir0.01-k20", "fedavg")) == [
+        "local_epochs=1", "local_epochs=2"]
+    assert list(sweep_points({**params, "scale": "smoke"}, "fmnist10-dir-k10", "fedlap"))[:2] == [
+        "delta=0.0001+local_epochs=1", "delta=0.0001+local_epochs=2"]   # the grid's other keys keep theirs
+    del params["smoke"]["sweep"]
     assert list(sweep_points({**params, "scale": "smoke"}, "cifar10-labeldir0.01-k20", "fedavg"))[0] == "local_epochs=40"
     assert "local_epochs=40" in sweep_points(params, "cifar10-labeldir0.01-k20", "fedavg")
     params["rehearsal"]["sweep"] = {"local_epoch": [2]}

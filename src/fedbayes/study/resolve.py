@@ -84,9 +84,9 @@ def _resolve_method_spec(params: dict, experiment: str, method: str) -> tuple[di
     spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
     over = copy.deepcopy(params["experiments"][experiment]["methods"].get(method) or {})
     grid = over.pop("sweep", spec.pop("sweep", None)) or {}
-    grid = _scale_override(params, experiment, method).get("sweep") or grid   # the scale's own grid wins
-    scale_values = overlay(params).get("sweep") or {}   # the values a grid over a key takes at this scale
-    grid = {k: list(scale_values.get(k, v)) for k, v in grid.items()}
+    own = _scale_override(params, experiment, method).get("sweep")   # the scale's grid for this run wins whole;
+    scale_values = {} if own else overlay(params).get("sweep") or {}   # else the values a grid over a key takes
+    grid = {k: list(scale_values.get(k, v)) for k, v in (own or grid).items()}     # at this scale
     over.pop("seeds", None), spec.pop("seeds", None)  # which seeds run (see seeds()), not a hyperparameter
     return deep_merge(spec, over), grid
 
