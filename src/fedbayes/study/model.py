@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -175,10 +175,11 @@ class TableSpec:
     def from_block(cls, name: str, block: Mapping) -> TableSpec:
         """The TableSpec of a validated ``tables.<name>`` block (the front door has checked its keys and
         types; a key the record has no field for is refused here too, naming it)."""
-        keys = {f.name for f in fields(cls)} - {"name", "given"}
-        if unknown := [k for k in block if k not in keys]:
-            raise ValueError(f"tables.{name}: unknown key {unknown[0]!r} (a table has {sorted(keys)})")
-        if missing := [k for k in ("experiments", "methods", "statistic", "metrics") if k not in block]:
+        keys = [f for f in fields(cls) if f.name not in ("name", "given")]
+        if unknown := [k for k in block if k not in {f.name for f in keys}]:
+            raise ValueError(f"tables.{name}: unknown key {unknown[0]!r} (a table has {sorted(f.name for f in keys)})")
+        if missing := [f.name for f in keys if f.name not in block and f.default is MISSING
+                       and f.default_factory is MISSING]:
             raise ValueError(f"tables.{name}: no {missing[0]}")
         typed = {"experiments": tuple, "methods": tuple, "metrics": tuple, "published": tuple,
                  "tolerance": _mapping, "published_as": _mapping, "substitutes": _mapping,
@@ -210,7 +211,8 @@ class TableSpec:
     @property
     def figures(self) -> tuple[str, ...]:
         """The figures it writes under <reports>/figures (``table_figures``)."""
-        return tuple(table_figures(self.name, {"experiments": self.comparable, "metrics": self.metrics}))
+        return tuple(table_figures(self.name, {"experiments": self.experiments, "not_comparable": self.not_comparable,
+                                               "metrics": self.metrics}))
 
 
 @dataclass(frozen=True)
