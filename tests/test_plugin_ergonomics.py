@@ -34,11 +34,14 @@ def test_the_dag_names_old_and_new_values_in_its_rerun_reason(repo):
     assert "config_changes(info[\"config\"], cfg, values=True)" in (repo / "src/fedbayes/workflow/staleness.py").read_text()
 
 
-def test_a_table_without_published_numbers_says_nothing_of_them():
+def test_a_table_without_published_numbers_says_nothing_of_them(repo):
     from fedbayes.reports.tables import _header
+    from fedbayes.study.model import TableSpec, load_study
 
-    spec = {"title": "mine", "statistic": "final", "metrics": ["test/acc"]}
-    text = "\n".join(_header({"scale": "smoke"}, spec, "mine"))
+    smoke = load_study(repo / "params.yaml", scale="smoke")
+    spec = {"title": "mine", "experiments": ["x"], "methods": ["fedavg"], "statistic": "final", "metrics": ["test/acc"]}
+    text = "\n".join(_header(smoke, TableSpec.from_block("mine", spec)))
     assert "Published: ." not in text and "Δ = ours − published" not in text
-    with_source = "\n".join(_header({"scale": "smoke"}, {**spec, "published": ["fedlap:table1"]}, "mine"))
-    assert "Published: fedlap:table1. Δ = ours − published." in with_source
+    with_source = "\n".join(_header(smoke, TableSpec.from_block("mine", {**spec, "published": ["fedlap:table1"]})))
+    # the cells of fedlap:table1 are judged by that paper table's tolerance (tables.fedlap/table1)
+    assert "Published: fedlap:table1. Δ = ours − published; ✓ within / ✗ outside the tolerance |Δ| ≤ test/acc 1.5." in with_source

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedbayes.study.model import Study
 from dagutil import read_params
 
 
@@ -26,7 +27,10 @@ def test_grid_is_first_and_counts_every_published_cell_by_verdict():
     from fedbayes.reports.tables import render_grid
     from fedbayes.reports.verdicts import MARK
 
-    p = {"tables": {"t": {"metrics": ["test/acc", "test/nll"], "methods": ["a", "b"], "statistic": "mean_last3"}}}
+    from fedbayes.study.model import TableSpec
+
+    table = TableSpec.from_block("t", {"experiments": ["e1", "e2"], "metrics": ["test/acc", "test/nll"],
+                                       "methods": ["a", "b"], "statistic": "mean_last3"})
     rows = [_row("e1", "a", 10, "test/acc", 70.04, 70.5, True), _row("e1", "a", 10, "test/nll", 0.5, 0.4, False),
             _row("e1", "a", 20, "test/acc", 80.0, 82.0, False), _row("e1", "a", 20, "test/nll", 0.4, 0.4, True),
             _row("e1", "b", 10, "test/acc", 60.0), _row("e1", "b", 10, "test/nll", 0.9),
@@ -35,7 +39,7 @@ def test_grid_is_first_and_counts_every_published_cell_by_verdict():
             _row("e2", "a", 20, "test/nll", float("nan"), 0.5, None, "not run (data unavailable: x)"),
             _row("e2", "b", 20, "test/acc", float("nan"), float("nan"), None, "not run (data unavailable: x)"),
             _row("e2", "b", 20, "test/nll", float("nan"), float("nan"), None, "not run (data unavailable: x)")]
-    lines = render_grid(pd.DataFrame(rows), p, "t")
+    lines = render_grid(pd.DataFrame(rows), table)
     text = "\n".join(lines)
     assert "mean over rounds R−2, R−1, R" in lines[0] and "`test/acc`" in lines[0] and "e1: 20" in lines[0]
     assert "| method | e1 | e2 | published cells |" in lines
@@ -111,7 +115,8 @@ def test_a_table_with_no_runs_has_a_reliability_figure_of_its_own(repo, tmp_path
     p = read_params(repo)
     p["paths"] = {**p["paths"], "raw": str(tmp_path / "raw"), "work": str(tmp_path / "work")}
     figs = _captured(monkeypatch, figures, "save_with_data")
-    figures.reliability(p, p["tables"]["fedep/table5"], tmp_path / "r.png")
+    study = Study.resolve(p)
+    figures.reliability(study, study.tables["fedep/table5"], tmp_path / "r.png")
     (fig,) = figs
     ax = fig.axes[0]
     assert ax.get_xlabel().startswith("accuracy") and ax.get_ylabel() == "ECE"

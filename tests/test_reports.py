@@ -14,7 +14,14 @@ from fedbayes.reports.selection import select, sweep_frame, write_selection
 from fedbayes.reports.cells import cell_value
 from fedbayes.reports.tables import build_table
 from fedbayes.reports.verdicts import VERDICTS
+from fedbayes.study.model import Study
 from dagutil import read_params
+
+
+def build(p: dict, name: str, out):
+    """``build_table`` of the table ``name`` of the study of ``p`` (a fixture's params, edited in place)."""
+    study = Study.resolve(p)
+    return build_table(study, study.tables[name], out)
 
 
 def fake_metrics(exp, method, seed, accs: dict, nlls: dict):
@@ -107,7 +114,7 @@ def test_selection_picks_best_point_on_first_seed(table_params, tmp_path):
 
 def test_build_table(table_params, tmp_path):
     p = table_params
-    df = build_table(p, "table1", tmp_path / "reports" / "table1.csv")
+    df = build(p, "table1", tmp_path / "reports" / "table1.csv")
     n_exp, n_rounds, n_metrics = 2, 3, len(p["tables"]["table1"]["metrics"])
     assert len(df) == n_exp * n_rounds * n_metrics
     row = df[(df.experiment == "fmnist10-iid-k10") & (df["round"] == 10) & (df.metric == "test/acc")].iloc[0]
@@ -144,7 +151,7 @@ def test_a_metric_a_run_could_not_gain_shows_as_not_evaluated(table_params, tmp_
         del r["test/ece"]
     m["not_evaluated"] = {"test/ece": "0123456789abcdef"}
     f.write_text(json.dumps(m))
-    df = build_table(table_params, "table1", tmp_path / "reports" / "table1.csv")
+    df = build(table_params, "table1", tmp_path / "reports" / "table1.csv")
     iid = df[df.experiment == "fmnist10-iid-k10"]
     ece = iid[iid.metric == "test/ece"]
     assert len(ece) == 3 and ece.ours_mean.isna().all() and (ece.n_seeds == 0).all()
@@ -169,7 +176,7 @@ def test_smoke_table_has_no_published_column(table_params, tmp_path):
         for f in ("metrics.json", "history.csv", "run.json"):
             (dst / f).write_text((src / f).read_text())
         write_selection(p, exp, "fedavg")
-    df = build_table(p, "table1", tmp_path / "smoke_table1.csv")
+    df = build(p, "table1", tmp_path / "smoke_table1.csv")
     assert df.published_source.eq("").all() and (df.scale == "smoke").all()
 
 
@@ -217,7 +224,7 @@ def fedlap_params(table_params, tmp_path):
 
 
 def test_rounds_to_target_table_with_unavailable_data(fedlap_params, tmp_path):
-    df = build_table(fedlap_params, "fedlap/table3", tmp_path / "reports" / "fedlap" / "table3.csv")
+    df = build(fedlap_params, "fedlap/table3", tmp_path / "reports" / "fedlap" / "table3.csv")
     mnist = df[df.experiment == "mnist-iid-k10"]
     assert len(mnist) == 2 and mnist.status.str.startswith("not run (data unavailable: file train-images").all()
     assert mnist.ours_mean.isna().all() and (mnist.n_seeds == 0).all() and mnist.published_mean.tolist() == [6, 6]
@@ -237,7 +244,7 @@ def test_rounds_to_target_table_with_unavailable_data(fedlap_params, tmp_path):
 def test_method_missing_from_an_experiment_is_not_run(fedlap_params, tmp_path):
     p = fedlap_params
     p["tables"]["fedlap/table3"]["methods"] = ["fedavg", "fedprox", "fedlap"]
-    df = build_table(p, "fedlap/table3", tmp_path / "t3.csv")
+    df = build(p, "fedlap/table3", tmp_path / "t3.csv")
     row = df[(df.experiment == "fmnist10-iid-k10") & (df.method == "fedlap")].iloc[0]
     assert row.status == "not run (fedlap is not in experiments.fmnist10-iid-k10.methods)"
 
@@ -264,7 +271,7 @@ def test_not_comparable_table_prints_the_published_numbers_only(repo, tmp_path):
     p = read_params(repo)
     p["paths"] = {**p["paths"], "reports": str(tmp_path / "reports"), "work": str(tmp_path / "work")}
     out = tmp_path / "reports" / "fedep" / "table3.csv"
-    df = build_table(p, "fedep/table3", out)
+    df = build(p, "fedep/table3", out)
     spec = p["tables"]["fedep/table3"]
     assert len(df) == len(spec["methods"]) * len(spec["metrics"])   # one round (1500) of the paper
     assert (df["round"] == 1500).all() and df.ours_mean.isna().all() and (df.n_seeds == 0).all()
@@ -353,7 +360,7 @@ def test_published_as_compares_a_prediction_with_another_methods_published_cell(
 
     p = copy.deepcopy(table_params)
     p["tables"]["table1"]["published_as"] = {"fedavg": "fedprox"}
-    df = build_table(p, "table1", tmp_path / "reports" / "t.csv")
+    df = build(p, "table1", tmp_path / "reports" / "t.csv")
     row = df[(df.experiment == "fmnist10-iid-k10") & (df["round"] == 10) & (df.metric == "test/acc")].iloc[0]
     assert row.published_mean == published_value(["bayesadmm:table1"], "fmnist10-iid-k10", "fedprox", "test/acc", 10)[0]
     p["tables"]["table1"]["published_as"] = {"fedavg": "fedavgg"}
@@ -367,7 +374,7 @@ def test_table_command_prints_a_summary_not_the_frame(table_params, tmp_path, ca
     from fedbayes import cli
     from fedbayes.cli import reports
 
-    monkeypatch.setattr(reports, "_params", lambda args: table_params)  # the fixture's fake runs (not params.yaml)
+    monkeypatch.setattr(reports, "_study", lambda args: Study.resolve(table_params))  # the fixture's fake runs
     out_csv = tmp_path / "reports" / "table1.csv"
     cli.main(["table", "table1", "--out", str(out_csv)])
     text = capsys.readouterr().out
@@ -392,11 +399,11 @@ def test_headline_metrics_and_curves_for_dvc(table_params, tmp_path):
 
     p = table_params
     p["headline"] = {"table": "table1", "metrics": ["test/acc", "test/nll", "test/ece"], "curves": ["test/acc"]}
-    df = build_table(p, "table1", tmp_path / "reports" / "table1.csv")
+    df = build(p, "table1", tmp_path / "reports" / "table1.csv")
     out = tmp_path / "reports" / "metrics"
     (out / "gone").mkdir(parents=True)
     (out / "gone" / "fedold.json").write_text("{}")  # a method no longer in the table: removed
-    files = write_headline(p, tmp_path / "reports" / "table1.csv", out)
+    files = write_headline(Study.resolve(p), tmp_path / "reports" / "table1.csv", out)
     exps = p["tables"]["table1"]["experiments"]
     assert sorted(out.rglob("*.json")) == sorted(out / e / "fedavg.json" for e in exps)
     m = json.loads((out / exps[0] / "fedavg.json").read_text())
@@ -453,7 +460,7 @@ def test_a_table_with_no_runs_draws_its_published_values_alone(repo, tmp_path):
     p["paths"] = {**p["paths"], "reports": str(tmp_path / "reports"), "work": str(tmp_path / "work"),
                   "raw": str(tmp_path / "raw")}
     out = tmp_path / "reports" / "fedep" / "table5.csv"
-    df = build_table(p, "fedep/table5", out)
+    df = build(p, "fedep/table5", out)
     assert df.status.str.startswith("not run (data unavailable").all()
     for f in ("fedep_table5_curves.png", "fedep_table5_reliability.png"):
         assert _coloured_pixels(tmp_path / "reports" / "figures" / f) > 100, f
@@ -541,11 +548,11 @@ def test_figures_draw_their_tables_metrics_from_the_metric_registry(repo):
     from fedbayes.reports.figures import curve_metrics
     from fedbayes.reports.claims import higher_is_better
 
-    p = read_params(repo)
-    assert curve_metrics(p["tables"]["fedivon/table2"]) == ["ood/auroc_entropy", "ood/auroc_maxprob"]
-    assert curve_metrics(p["tables"]["fedlap/table1"]) == ["test/acc", "test/nll"]
-    assert curve_metrics(p["tables"]["table1"]) == ["test/acc", "test/nll", "test/ece"]
-    assert curve_metrics(p["tables"]["fola/table2"]) == ["test/acc", "local/acc"]
+    tables = Study.resolve(read_params(repo)).tables
+    assert curve_metrics(tables["fedivon/table2"]) == ["ood/auroc_entropy", "ood/auroc_maxprob"]
+    assert curve_metrics(tables["fedlap/table1"]) == ["test/acc", "test/nll"]
+    assert curve_metrics(tables["table1"]) == ["test/acc", "test/nll", "test/ece"]
+    assert curve_metrics(tables["fola/table2"]) == ["test/acc", "local/acc"]
     assert PERCENT == {"test/acc", "local/acc", "test/precision", "test/recall", "test/micro_f1", "test/macro_f1"}
     assert metric("final/mean/test/acc").axis_label == "accuracy (%)" and metric("test/nll").unit == "nats"
     assert not higher_is_better("test/brier", "final") and higher_is_better("ood/auroc_entropy", "final")
@@ -559,6 +566,7 @@ def _cli(args, capsys, monkeypatch, p) -> tuple[int, str]:
     from fedbayes.cli import reports
 
     monkeypatch.setattr(reports, "_params", lambda a: p)  # the fixture's fake runs (not params.yaml)
+    monkeypatch.setattr(reports, "_study", lambda a: Study.resolve(p))
     with pytest.raises(SystemExit) as ex:
         cli.main(args)
         raise SystemExit(0)
@@ -665,7 +673,7 @@ def test_a_script_title_note_and_status_are_text_in_the_tables_markdown(table_pa
     (tmp_path / "work" / "data" / f"{dataset}.json").write_text(
         json.dumps({"dataset": dataset, "available": False, "reason": f"server said {SCRIPT}"}))
     out = tmp_path / "reports" / "table1.csv"
-    build_table(p, "table1", out)
+    build(p, "table1", out)
     md = out.with_suffix(".md").read_text()
     assert "<script" not in md and "<img" not in md and "<b>" not in md and "](javascript:" not in md, md
     assert md.startswith("# table1: T1 &lt;script&gt;alert(1)&lt;/script&gt; ")      # one line, printed as text

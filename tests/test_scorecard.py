@@ -12,6 +12,7 @@ from fedbayes.reports.claims import check_claim
 from fedbayes.reports.scorecard import build_scorecard, causes_of
 from fedbayes.reports.tally import table_order
 from fedbayes.reports.verdicts import VERDICTS, verdict
+from fedbayes.study.model import Study
 from fedbayes.reports.cells import within
 from dagutil import read_params
 
@@ -68,7 +69,7 @@ def _recount(path):
 def test_scorecard_counts_equal_a_recount_of_the_committed_tables(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(repo)
     p = read_params(repo)
-    counts = build_scorecard(p, tmp_path / "README.md")
+    counts = build_scorecard(Study.resolve(p), tmp_path / "README.md")
     for name in p["tables"]:
         assert counts[name] == _recount(repo / "reports" / f"{name}.csv"), name
     total = {v: sum(counts[n][v] for n in p["tables"]) for v in VERDICTS}
@@ -83,7 +84,7 @@ def test_committed_scorecard_is_built_from_the_committed_tables(repo, tmp_path, 
     """reports/README.md is what the committed tables give (rebuild: snakemake --cores all reports/README.md)."""
     monkeypatch.chdir(repo)
     p = read_params(repo)
-    build_scorecard(p, tmp_path / "README.md")
+    build_scorecard(Study.resolve(p), tmp_path / "README.md")
     expected = (tmp_path / "README.md").read_text()
     assert (repo / "reports" / "README.md").read_text() == expected
 
@@ -136,8 +137,8 @@ def test_scorecard_does_not_depend_on_the_order_of_the_tables_in_params(repo, tm
     included) must not change with the order of `tables` (it did: 164 vs 149 cells within)."""
     monkeypatch.chdir(repo)
     p = read_params(repo)
-    a = build_scorecard(p, tmp_path / "a.md")
-    b = build_scorecard({**p, "tables": dict(reversed(list(p["tables"].items())))}, tmp_path / "b.md")
+    a = build_scorecard(Study.resolve(p), tmp_path / "a.md")
+    b = build_scorecard(Study.resolve({**p, "tables": dict(reversed(list(p["tables"].items())))}), tmp_path / "b.md")
     assert a == b and (tmp_path / "a.md").read_text() == (tmp_path / "b.md").read_text()
 
 
@@ -147,7 +148,7 @@ def test_scorecard_reads_in_two_minutes(repo, tmp_path, monkeypatch):
     is written once (the FedDyn paragraph was printed 12 times) with its cells under it."""
     monkeypatch.chdir(repo)
     p = read_params(repo)
-    numbers, lo, hi = build_scorecard(p, tmp_path / "README.md")["per_number"]
+    numbers, lo, hi = build_scorecard(Study.resolve(p), tmp_path / "README.md")["per_number"]
     text = (tmp_path / "README.md").read_text()
     top = text[:text.index("## Per paper")]
     assert f"**{lo}–{hi} of {numbers}**" in top and "60 numbers are printed by both the BayesADMM and the FedLap paper" in top
@@ -177,7 +178,7 @@ def test_one_counting_basis_and_one_vocabulary_in_every_view(repo, tmp_path, mon
 
     monkeypatch.chdir(repo)
     p = read_params(repo)
-    result = build_scorecard(p, tmp_path / "README.md")
+    result = build_scorecard(Study.resolve(p), tmp_path / "README.md")
     text = (tmp_path / "README.md").read_text()
     n = result["distinct"]
     numbers, lo, hi = result["per_number"]
@@ -220,7 +221,7 @@ def test_every_reproduced_number_is_in_the_scorecard(repo, tmp_path, monkeypatch
     cells, fig_claims = toy_results(p)
     assert len(cells[cells.table == "fedep/table4"]) == len(toy)
     assert len(fig_claims) == len(claims)
-    result = build_scorecard(p, tmp_path / "README.md")
+    result = build_scorecard(Study.resolve(p), tmp_path / "README.md")
     text = (tmp_path / "README.md").read_text()
     assert result["fedep/table4"]["within"] == int(toy.within_range.sum())
     assert result["fedep/table4"]["within"] + result["fedep/table4"]["outside"] == len(toy)

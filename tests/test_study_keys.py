@@ -83,8 +83,8 @@ def study_keys(params_path: Path = REPO / "params.yaml") -> dict:
             assert run.hash == config_hash_of(run.config)
             s["runs"][f"{run.experiment}/{run.method}/{run.point}/seed{run.seed}"] = digest([run.config, run.rerun_key])
         for t, table in st.tables.items():
-            s["tables"][t] = {"experiments": list(table.experiments), "figures": list(table.figures),
-                              "spec": digest(table.spec)}
+            s["tables"][t] = {"experiments": list(table.comparable), "figures": list(table.figures),
+                              "spec": digest(table.block)}   # the typed fields give the block back whole
     return out
 
 

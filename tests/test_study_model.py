@@ -142,3 +142,41 @@ def test_validation_resolves_each_experiment_once_a_scale(monkeypatch):
     monkeypatch.setattr(resolve, "_experiment_config", counted)
     p = load_params(REPO / "params.yaml")
     assert n["calls"] == 3 * len(p["experiments"])
+
+
+def test_a_table_spec_is_typed_frozen_and_has_a_field_per_key_of_the_schema(smoke):
+    """A TableSpec holds each key the table schema allows as a typed field (collections as tuples and
+    read-only mappings, no dict to edit); the schema's required keys are the fields without a default; a
+    key params.yaml leaves out reads as its default; a key the schema does not allow is refused."""
+    import yaml
+
+    from fedbayes.study.model import TableSpec
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/params.schema.yaml").read_text())
+    table_schema = schema["properties"]["tables"]["additionalProperties"]
+    own = {f.name: f for f in dataclasses.fields(TableSpec) if f.name not in ("name", "given")}
+    assert set(own) == set(table_schema["properties"])
+    no_default = {k for k, f in own.items()
+                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    assert no_default == set(table_schema["required"])
+
+    table = smoke.tables["table1"]
+    assert isinstance(table.methods, tuple) and isinstance(table.metrics, tuple) and isinstance(table.experiments, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        table.methods = ("fedavg",)
+    with pytest.raises(TypeError):
+        table.tolerance["test/acc"] = 99.0           # a read-only mapping
+    assert table.block == smoke.params["tables"]["table1"]
+
+    least = {"experiments": ["e"], "methods": ["fedavg@mean"], "statistic": "final", "metrics": ["test/acc"]}
+    t = TableSpec.from_block("mine", least)
+    assert (t.title, t.running, t.published, t.notes, t.sweeps, t.layout, t.rounds) == ("", 1, (), "", None, "long", "all")
+    assert t.tolerance == t.published_as == t.substitutes == t.not_comparable == t.targets == {}
+    assert t.bases == ("fedavg",) and t.comparable == ("e",) and t.block == least
+    # the schema's enums: a default is one of its values
+    for key in ("layout", "rounds"):
+        assert getattr(t, key) in table_schema["properties"][key]["enum"]
+    with pytest.raises(ValueError, match=r"tables.mine: unknown key 'colour'"):
+        TableSpec.from_block("mine", {**least, "colour": "red"})
+    with pytest.raises(ValueError, match=r"tables.mine: no metrics"):
+        TableSpec.from_block("mine", {k: v for k, v in least.items() if k != "metrics"})

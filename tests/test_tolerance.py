@@ -38,13 +38,15 @@ def test_committed_reports_give_one_verdict_per_published_number():
 
 def test_a_cell_takes_the_tolerance_of_its_paper_table():
     from fedbayes.reports.tables import cell_tolerance
+    from fedbayes.study.model import TableSpec
 
     p = _params()
-    assert cell_tolerance(p, p["tables"]["table1"], "bayesadmm table1", "test/acc") == \
+    tables = {t: TableSpec.from_block(t, spec) for t, spec in p["tables"].items()}
+    assert cell_tolerance(tables, tables["table1"], "bayesadmm table1", "test/acc") == \
         p["tables"]["bayesadmm/table1"]["tolerance"]["test/acc"]
-    assert cell_tolerance(p, p["tables"]["table1"], "fedlap table1", "test/acc") == \
+    assert cell_tolerance(tables, tables["table1"], "fedlap table1", "test/acc") == \
         p["tables"]["fedlap/table1"]["tolerance"]["test/acc"]
-    assert math.isnan(cell_tolerance(p, p["tables"]["fedivon/table1"], "fedivon table1", "test/acc"))
+    assert math.isnan(cell_tolerance(tables, tables["fedivon/table1"], "fedivon table1", "test/acc"))
 
 
 def test_a_second_tolerance_for_a_published_table_is_refused():

@@ -6,43 +6,44 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fedbayes.cli.common import _params
+from fedbayes.cli.common import _params, _study
 from fedbayes.fileio import write_text_atomic
 from fedbayes.ownership import check_output_dir, check_outputs, check_own_kind, json_with, starts_with
 from fedbayes.reports.headline import write_headline
 from fedbayes.reports.rehearsal import TITLE as REHEARSAL_TITLE, build_summary
 from fedbayes.reports.toys import TOYS, toy_csv, toy_files
 from fedbayes.runpaths import selected_file
-from fedbayes.study import ConfigError, experiment_config, paths, stand_in_size
+from fedbayes.study import ConfigError, experiment_config, paths
+from fedbayes.study.model import Study
 
 
 def cmd_table(args) -> None:
-    p = _params(args)
+    study = _study(args)
     from fedbayes.reports.tally import table_summary
     from fedbayes.reports.tables import build_table, built_files, table_csv  # (lazy: matplotlib, pandas)
 
-    if args.table not in p["tables"]:
-        raise ConfigError(f"table {args.table!r}: not a table of params.yaml `tables` {sorted(p['tables'])}")
-    files = built_files(p, args.table, args.out)
-    check_outputs(p, "--out", files, built_files(p, args.table, table_csv(p, args.table)), ".csv")
-    check_elsewhere(args.out, table_csv(p, args.table), ".csv", starts_with(TABLE_HEAD, whole_line=False), "a table's CSV")
+    table = study.tables[args.table]
+    files = built_files(study, table, args.out)
+    check_outputs(study.params, "--out", files, built_files(study, table, table_csv(study, table)), ".csv")
+    check_elsewhere(args.out, table_csv(study, table), ".csv", starts_with(TABLE_HEAD, whole_line=False), "a table's CSV")
     md = Path(args.out).with_suffix(".md")
     if md.exists() and not Path(args.out).exists():   # a Markdown file of its own (README.md), not a table's
         raise ConfigError(f"--out {args.out}: {md} exists without {args.out} beside it and is not a table's; "
                           "give another path")
-    df = build_table(p, args.table, out=args.out)
-    print("\n".join(table_summary(df, args.table, built_files(p, args.table, args.out))), flush=True)
+    df = build_table(study, table, out=args.out)
+    print("\n".join(table_summary(df, args.table, built_files(study, table, args.out))), flush=True)
 
 
 def cmd_headline(args) -> None:
-    p = _params(args)
-    own = Path(paths(p)["reports"]) / "metrics"
+    study = _study(args)
+    p = study.params
+    own = Path(study.paths["reports"]) / "metrics"
     check_output_dir(p, "--out", Path(args.out), own)
     plots = None if Path(args.out).resolve() == own.resolve() else Path(args.out).parent / "plots"   # beside --out
     if plots is not None:
         check_output_dir(p, "--out", plots, own.parent / "plots")   # (its curves, beside it)
     absent = []
-    files = write_headline(p, args.table_csv, args.out, absent, plots)
+    files = write_headline(study, args.table_csv, args.out, absent, plots)
     plots = [f for f in files if f.suffix == ".csv"]
     print(f"headline ({p['headline']['table']}): {len(files) - len(plots)} experiment × method files under "
           f"{args.out}/ for `dvc metrics show`, {len(plots)} curve files for `dvc plots show`", flush=True)
@@ -52,19 +53,19 @@ def cmd_headline(args) -> None:
 
 
 def cmd_scorecard(args) -> None:
-    p = _params(args)
+    study = _study(args)
     from fedbayes.reports.scorecard import TITLE, build_scorecard, terminal_line  # (lazy: pandas)
 
-    check_report(p, args.out, "README.md", TITLE, "a scorecard")
-    print(f"wrote {args.out}: {terminal_line(build_scorecard(p, args.out))}")
+    check_report(study.params, args.out, "README.md", TITLE, "a scorecard")
+    print(f"wrote {args.out}: {terminal_line(build_scorecard(study, args.out))}")
 
 
 def cmd_rehearsal_summary(args) -> None:
-    p = _params(args)
-    if not stand_in_size(p):
-        raise ConfigError(f"scale {p['scale']}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
-    check_report(p, args.out, "summary.md", REHEARSAL_TITLE, "a rehearsal summary")
-    rows = build_summary(p, args.out)
+    study = _study(args)
+    if not study.stand_in:
+        raise ConfigError(f"scale {study.scale}: the rehearsal summary is built at scale rehearsal (--scale rehearsal)")
+    check_report(study.params, args.out, "summary.md", REHEARSAL_TITLE, "a rehearsal summary")
+    rows = build_summary(study, args.out)
     bad = [f"{r['experiment']}/{r['method']}" for r in rows if not r["ok"]]
     print(f"wrote {args.out}: {len({r['experiment'] for r in rows})} experiments, {len(rows) - len(bad)} of "
           f"{len(rows)} experiment × method pairs ran on stand-in data" + (f"; not: {', '.join(bad)}" if bad else ""))
@@ -125,20 +126,21 @@ def cmd_select(args) -> None:
 
 
 def cmd_sweep_report(args) -> None:
-    p = _params(args)
+    study = _study(args)
+    p = study.params
     from fedbayes.reports.selection import sweep_frame  # (lazy: pandas)
 
-    check_outputs(p, "--out", [Path(args.out)], sweep_report_files(p, args.experiment), ".csv")
-    if not any(Path(args.out).resolve() == Path(f).resolve() for f in sweep_report_files(p, args.experiment)):
+    check_outputs(p, "--out", [Path(args.out)], sweep_report_files(study, args.experiment), ".csv")
+    if not any(Path(args.out).resolve() == Path(f).resolve() for f in sweep_report_files(study, args.experiment)):
         check_own_kind("--out", args.out, ".csv", starts_with(TABLE_HEAD[:3], whole_line=False), "a sweep report")
     df = sweep_frame(p, args.experiment, list(experiment_config(p, args.experiment)["methods"]))
     write_text_atomic(args.out, df.to_csv(index=False, float_format="%.6g"))
     print(df.to_string(index=False))
 
 
-def sweep_report_files(p: dict, experiment: str) -> list[Path]:
+def sweep_report_files(study: Study, experiment: str) -> list[Path]:
     """Where the workflow keeps an experiment's sweep report: ``<reports>/sweeps/<experiment>.csv``, and
     ``<reports>/<folder>/sweep_<experiment>.csv`` beside each table with ``sweeps: beside``."""
-    reports = Path(paths(p)["reports"])
-    folders = sorted({t.rpartition("/")[0] for t, s in p["tables"].items() if s.get("sweeps") == "beside"} - {""})
+    reports = Path(study.paths["reports"])
+    folders = sorted({t.rpartition("/")[0] for t, s in study.tables.items() if s.sweeps == "beside"} - {""})
     return [reports / "sweeps" / f"{experiment}.csv"] + [reports / f / f"sweep_{experiment}.csv" for f in folders]

@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fedbayes.study import split_variant
-from fedbayes.study import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.study.model import Study, TableSpec
 from fedbayes.eval.registry import METRICS as METRIC_INFO
 from fedbayes.fileio import save_figure_atomic
 from fedbayes.methods.spec import method_specs
@@ -107,22 +107,22 @@ def rows_of(methods: list[str]) -> dict[str, str]:
     return row
 
 
-def curve_metrics(spec: dict) -> list[str]:
+def curve_metrics(table: TableSpec) -> list[str]:
     """The metrics a table's learning curves draw, in the registry's order: the table's own (at most three,
     in its order), with accuracy and NLL beside a table of one metric."""
-    own = [m for m in spec.get("metrics", []) if m in METRICS][:3]
+    own = [m for m in table.metrics if m in METRICS][:3]
     if len(own) < 2:
         own += ["test/acc", "test/nll"]
     return [m for m in METRICS if m in own]
 
 
-def _history(p: dict, exp: str, method: str) -> tuple[str, pd.DataFrame]:
+def _history(study: Study, exp: str, method: str) -> tuple[str, pd.DataFrame]:
     """(selected point, long frame round/seed/metric/value) of a table method on an experiment."""
     base, variant = split_variant(method)
-    point = selected_point(p, exp, base)
+    point = selected_point(study.params, exp, base)
     frames = []
-    for s in seeds(p, exp, base):
-        h = read_curves(run_dir(paths(p), exp, base, point, s))
+    for s in study.experiments[exp].methods[base].seeds:
+        h = read_curves(run_dir(study.paths, exp, base, point, s))
         for metric, (_, mult) in METRICS.items():
             col = f"{variant}/{metric}" if variant else metric
             if col in h:
@@ -144,22 +144,23 @@ def _limits(ends: list[float], values: np.ndarray, metric: str) -> tuple[float, 
     return (max(lo - pad, 0.0), hi + pad) if metric != "test/acc" else (max(lo - pad, 0.0), min(hi + pad, 100.0))
 
 
-def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
+def learning_curves(study: Study, table: TableSpec, path: str | Path) -> Path:
     """Small multiples of the table's experiments that ran here (those whose data was unavailable are
     named in the title instead); dashed horizontal lines mark rounds-to-target tables' targets."""
     import seaborn as sns
 
 
-    ours = comparable_experiments(spec)
-    exps = [x for x in ours if experiment_status(p, x) == "ok"]
+    ours = table.comparable
+    exps = [x for x in ours if experiment_status(study.params, x) == "ok"]
     skipped = [x for x in ours if x not in exps]
     if not exps:  # nothing ran here: the paper's numbers alone, not empty axes
-        return published_only(p, spec, path, [m for m in spec.get("metrics", []) if m in METRICS])
-    metrics = curve_metrics(spec)
-    methods = {x: [m for m in spec["methods"] if split_variant(m)[0] in experiment_config(p, x)["methods"]] for x in exps}
+        return published_only(table, path, [m for m in table.metrics if m in METRICS])
+    metrics = curve_metrics(table)
+    configs = {x: study.experiments[x].config for x in exps}
+    methods = {x: [m for m in table.methods if split_variant(m)[0] in configs[x]["methods"]] for x in exps}
     row = rows_of([m for x in exps for m in methods[x]])
     families = list(dict.fromkeys(row.values()))
-    data = {(x, m): _history(p, x, m) for x in exps for m in methods[x]}
+    data = {(x, m): _history(study, x, m) for x in exps for m in methods[x]}
     # a (experiment, metric) column no run recorded (an ECE the runs did not evaluate) is left out
     cols = [(x, metric) for x in exps for metric in metrics if any((data[(x, m)][1].metric == metric).any()
                                                                     for m in methods[x])]
@@ -168,14 +169,14 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
         fig = Figure(figsize=(width, 2.3 * max(len(families), 1) + 0.6), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(max(len(families), 1), max(len(cols), 1), squeeze=False, sharex="col")
-        title = spec.get("title", "")
+        title = table.title
         if skipped:
             title += ("\n" if title else "") + "not run here (data unavailable): " + ", ".join(skipped)
         _suptitle(fig, title, width)
         for i, fam in enumerate(families):
             for j, (x, metric) in enumerate(cols):
                 ax = axes[i][j]
-                e = experiment_config(p, x)
+                e = configs[x]
                 ends, values = [], []
                 for method in [m for m in methods[x] if row[m] == fam]:
                     point, h = data[(x, method)]
@@ -198,8 +199,8 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                     mean = h.groupby("round")["value"].mean()
                     ends.append(float(mean.iloc[-1]))
                     values.append(mean[mean.index >= min(3, mean.index.max())].to_numpy())
-                    pubs = [(r, published_value(spec.get("published", []), x, method, metric, r))
-                            for r in e["report_rounds"]] if p["scale"] == "paper" else []
+                    pubs = [(r, published_value(list(table.published), x, method, metric, r))
+                            for r in e["report_rounds"]] if study.scale == "paper" else []
                     pubs = [(r, v) for r, v in pubs if v and v[0] is not None]
                     if pubs:
                         ys = [v[0] for _, v in pubs]
@@ -213,7 +214,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
                             fontsize=7, transform=ax.transAxes)
                     continue
                 if metric == "test/acc":
-                    for target in spec.get("targets", {}).get(x, []):
+                    for target in table.targets.get(x, ()):
                         ax.axhline(target, ls=":", lw=0.8, color="grey", gid="reference")
                         ends.append(float(target))  # the axis keeps every target the table measures in view
                 lim = _limits(ends, np.concatenate(values) if values else np.array([]), metric)
@@ -243,7 +244,7 @@ def learning_curves(p: dict, spec: dict, path: str | Path) -> Path:
         return save_with_data(fig, path, dpi=110)
 
 
-def reliability(p: dict, spec: dict, path: str | Path) -> Path:
+def reliability(study: Study, table: TableSpec, path: str | Path) -> Path:
     """Reliability diagrams of every method of the table on each experiment that ran here: the final
     round's 15 equal-width confidence bins (accuracy per bin against its mean confidence), counts
     pooled over seeds, the ECE of the pooled bins in the title. The method's own prediction (the
@@ -251,11 +252,12 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
     import seaborn as sns
 
 
-    exps = [x for x in comparable_experiments(spec) if experiment_status(p, x) == "ok"]
-    bases = list(dict.fromkeys(split_variant(m)[0] for m in spec["methods"]))
-    cells = [(x, b) for x in exps for b in bases if b in experiment_config(p, x)["methods"]]
+    exps = [x for x in table.comparable if experiment_status(study.params, x) == "ok"]
+    bases = list(table.bases)
+    configs = {x: study.experiments[x].config for x in exps}
+    cells = [(x, b) for x in exps for b in bases if b in configs[x]["methods"]]
     if not cells:  # every experiment's data unavailable here: no bins to draw (the curves show the ECE)
-        return published_calibration(p, spec, path)
+        return published_calibration(table, path)
     ncol = min(6, len(bases))
     rows_per_exp = math.ceil(len(bases) / ncol)
     # at least 6.4 in wide: the title and the key below it take two lines each, not half of a 2-panel figure
@@ -266,18 +268,18 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
         axes = fig.subplots(rows_per_exp * len(exps), ncol, squeeze=False)
         for ax in axes.flat:
             ax.set_visible(False)
-        _suptitle(fig, f"{spec.get('title', '')}: reliability at the final round", width, fontsize=9)
+        _suptitle(fig, f"{table.title}: reliability at the final round", width, fontsize=9)
         fig.supxlabel(textwrap.fill(f"bins pooled over seeds; bar = accuracy in the bin, hatched = gap to its mean "
                                     f"confidence, diagonal = perfect calibration; bins of fewer than {MIN_BIN} "
                                     "points not drawn", int(width * 72 / (0.55 * 7))), fontsize=7)
         for xi, x in enumerate(exps):
-            placed = [b for b in bases if b in experiment_config(p, x)["methods"]]
+            placed = [b for b in bases if b in configs[x]["methods"]]
             for k, base in enumerate(placed):
                 ax = axes[xi * rows_per_exp + k // ncol][k % ncol]
                 ax.set_visible(True)
-                point = selected_point(p, x, base)
-                bins = [read_metrics(run_dir(paths(p), x, base, point, s)).get("reliability", [])
-                        for s in seeds(p, x, base)]
+                point = selected_point(study.params, x, base)
+                bins = [read_metrics(run_dir(study.paths, x, base, point, s)).get("reliability", [])
+                        for s in study.experiments[x].methods[base].seeds]
                 if not bins or not all(bins):
                     ax.axis("off")
                     ax.text(0.5, 0.5, f"{base}\n{x}: no bins", ha="center", va="center", fontsize=7)
@@ -307,7 +309,7 @@ def reliability(p: dict, spec: dict, path: str | Path) -> Path:
         return save_with_data(fig, path, dpi=110)
 
 
-def published_calibration(p: dict, spec: dict, path: str | Path) -> Path:
+def published_calibration(table: TableSpec, path: str | Path) -> Path:
     """The reliability figure of a table none of whose experiments ran here: no reliability bins exist
     (no run, and the papers print none), so it shows what the paper does print about calibration that the
     learning-curve figure does not: each method's published ECE against its published accuracy at the last
@@ -315,21 +317,21 @@ def published_calibration(p: dict, spec: dict, path: str | Path) -> Path:
     publish both falls back to its published ECE alone (``published_only``)."""
     import seaborn as sns
 
-    refs = spec.get("published", [])
+    refs = list(table.published)
     panels = []
-    for x in comparable_experiments(spec):
+    for x in table.comparable:
         rounds = published_rounds(refs, x)
         if not rounds:
             continue
         pts = []
-        for method in spec["methods"]:
+        for method in table.methods:
             acc, ece = (published_value(refs, x, method, m, rounds[-1]) for m in ("test/acc", "test/ece"))
             if acc and ece and acc[0] is not None and ece[0] is not None:
                 pts.append((method, acc[0], _nan0(acc[1]), ece[0], _nan0(ece[1])))
         if pts:
             panels.append((x, rounds[-1], pts))
     if not panels:
-        return published_only(p, spec, path, ["test/ece"], "no reliability bins: no run here and the paper prints none")
+        return published_only(table, path, ["test/ece"], "no reliability bins: no run here and the paper prints none")
     with sns.axes_style("whitegrid"), sns.plotting_context("paper"):
         width = 6.0 * len(panels) + 0.4
         fig = Figure(figsize=(width, 4.6), layout="constrained")
@@ -345,7 +347,7 @@ def published_calibration(p: dict, spec: dict, path: str | Path) -> Path:
             ax.set_ylabel(METRICS["test/ece"][0], fontsize=8)
             ax.set_title(f"{x}, round {rnd}", fontsize=8)
             ax.tick_params(labelsize=7)
-        _suptitle(fig, f"{spec.get('title', '')}\npublished ECE against published accuracy (mean ± std as printed; "
+        _suptitle(fig, f"{table.title}\npublished ECE against published accuracy (mean ± std as printed; "
                        "no reliability bins: no run here and the paper prints none; square = a prediction variant)",
                   width, fontsize=9)
         return save_with_data(fig, path, dpi=110)
@@ -355,7 +357,7 @@ def _nan0(x) -> float:
     return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
-def published_only(p: dict, spec: dict, path: str | Path, metrics: list[str], why: str = "") -> Path:
+def published_only(table: TableSpec, path: str | Path, metrics: list[str], why: str = "") -> Path:
     """The figure of a table none of whose experiments ran here: its published values alone, a panel per
     (experiment, metric) with a published number, the methods down the y-axis in the table's order, one
     marker per published round (or rounds-to-target target) with the paper's ± std, in the method's colour.
@@ -364,16 +366,16 @@ def published_only(p: dict, spec: dict, path: str | Path, metrics: list[str], wh
     import seaborn as sns
 
 
-    refs = spec.get("published", [])
-    to_target = spec.get("statistic") == "rounds_to_target"
+    refs = list(table.published)
+    to_target = table.statistic == "rounds_to_target"
     markers = ["o", "s", "^", "D", "v", "P"]
     panels = []
-    for x in comparable_experiments(spec):
+    for x in table.comparable:
         found = published_row(refs, x)
         keys = (found[1].get("targets", []) if to_target else published_rounds(refs, x)) if found else []
         for metric in metrics:
             rows = []
-            for method in spec["methods"]:
+            for method in table.methods:
                 for k, key in enumerate(keys):
                     v = published_value(refs, x, method, metric, target=key) if to_target else \
                         published_value(refs, x, method, metric, key)
@@ -407,11 +409,11 @@ def published_only(p: dict, spec: dict, path: str | Path, metrics: list[str], wh
                        for k in range(len(keys))], [f"{what} {key}{unit}" for key in keys], fontsize=7,
                       frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         if not panels:  # no run and no published number (a smoke-scale table): a note with no plot area
-            fig.text(0.5, 0.5, textwrap.fill(f"{spec.get('title', '')}: no run here and no published value to "
+            fig.text(0.5, 0.5, textwrap.fill(f"{table.title}: no run here and no published value to "
                                              "draw", 80), ha="center", va="center", fontsize=9)
             return save_figure_atomic(fig, path, dpi=110)
         reason = why or "not run here (data unavailable)"
-        _suptitle(fig, f"{spec.get('title', '')}\npublished values alone (mean ± std as printed; "
-                       f"{reason}: {', '.join(comparable_experiments(spec))}; no marker where the paper prints —)",
+        _suptitle(fig, f"{table.title}\npublished values alone (mean ± std as printed; "
+                       f"{reason}: {', '.join(table.comparable)}; no marker where the paper prints —)",
                   width, fontsize=9)
         return save_with_data(fig, path, dpi=110)

@@ -24,8 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedbayes.study import ConfigError, split_variant
-from fedbayes.study import comparable_experiments, experiment_config, paths, seeds
+from fedbayes.study import ConfigError, comparable_experiments, paths, split_variant
 from fedbayes.fileio import write_text_atomic
 from fedbayes.eval.registry import PERCENT
 from fedbayes.reports import verdicts
@@ -35,6 +34,8 @@ from fedbayes.runpaths import run_dir
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from fedbayes.study.model import Study, TableSpec
 
 # pandas (and the selection, which reads it) imported by the functions that use them: the workflow reads
 # plot_files when it plans every DAG.
@@ -46,11 +47,21 @@ def slug(metric: str) -> str:
 
 def plot_files(p: dict, root: str | Path | None = None) -> list[Path]:
     """The curve CSVs ``write_headline`` writes (every experiment of the table of ours, ran or not), in
-    ``root`` (default: ``<reports>/plots``)."""
+    ``root`` (default: ``<reports>/plots``). Of the validated params: the workflow plans with it before
+    any study is resolved (rules/report.smk)."""
     h = p["headline"]
-    root, stem = Path(root or Path(paths(p)["reports"]) / "plots"), h["table"].replace("/", "_")
-    return [root / f"{stem}_{e}_{slug(m)}.csv" for e in comparable_experiments(p["tables"][h["table"]])
-            for m in h["curves"]]
+    root = Path(root or Path(paths(p)["reports"]) / "plots")
+    return _plot_files(h["table"], comparable_experiments(p["tables"][h["table"]]), h["curves"], root)
+
+
+def _plot_files(table: str, experiments, curves, root: Path) -> list[Path]:
+    stem = table.replace("/", "_")
+    return [root / f"{stem}_{e}_{slug(m)}.csv" for e in experiments for m in curves]
+
+
+def headline_table(study: Study) -> TableSpec:
+    """The table the headline reads (params ``headline.table``)."""
+    return study.tables[study.params["headline"]["table"]]
 
 
 def _missing(x) -> bool:
@@ -65,10 +76,10 @@ def verdict(cell) -> str | None:
     return verdicts.verdict(row) if verdicts.is_published_cell(row) else None
 
 
-def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict[str, dict]]:
+def headline_metrics(study: Study, table: pd.DataFrame) -> dict[tuple[str, str], dict[str, dict]]:
     """``{(experiment, method): {metric: {"ours", "published", "verdict"}}}`` at each experiment's last
     reported round, the metrics in ``headline.metrics`` order."""
-    h = p["headline"]
+    h = study.params["headline"]
     df = table[table.metric.isin(h["metrics"]) & table.ours_mean.notna()]
     out: dict[tuple[str, str], dict[str, dict]] = {}
     for exp, rows in df.groupby("experiment", sort=False):
@@ -85,7 +96,7 @@ def headline_metrics(p: dict, table: pd.DataFrame) -> dict[tuple[str, str], dict
     return out
 
 
-def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> pd.DataFrame:
+def curves(study: Study, exp: str, metric: str, absent: list[str] | None = None) -> pd.DataFrame:
     """Long format ``round, method, <slug(metric)>``: per round that a table method on ``exp`` evaluated (its
     selected runs, every seed), the mean over seeds of ``metric``.
     In the DAG the runs exist (the table read them); run by hand, a method with a run absent (a rerun in
@@ -94,17 +105,16 @@ def curves(p: dict, exp: str, metric: str, absent: list[str] | None = None) -> p
 
     from fedbayes.reports.selection import selected_point
 
-    spec = p["tables"][p["headline"]["table"]]
     cols = {}
-    if experiment_status(p, exp) == "ok":
-        e = experiment_config(p, exp)
-        for method in spec["methods"]:
+    if experiment_status(study.params, exp) == "ok":
+        e = study.experiments[exp].config
+        for method in headline_table(study).methods:
             base, variant = split_variant(method)
             if base not in e["methods"]:
                 continue
-            point = selected_point(p, exp, base)
+            point = selected_point(study.params, exp, base)
             col = f"{variant}/{metric}" if variant else metric
-            dirs = [run_dir(paths(p), exp, base, point, s) for s in seeds(p, exp, base)]
+            dirs = [run_dir(study.paths, exp, base, point, s) for s in study.experiments[exp].methods[base].seeds]
             if not all((d / "metrics.json").exists() for d in dirs):
                 if absent is not None:
                     absent.append(f"{exp}/{method}")
@@ -138,7 +148,7 @@ def read_table(table_csv: str | Path) -> pd.DataFrame:
     return table
 
 
-def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list[str] | None = None,
+def write_headline(study: Study, table_csv: str | Path, out: str | Path, absent: list[str] | None = None,
                    plots: str | Path | None = None) -> list[Path]:
     """Write the metrics JSONs under ``out`` (a directory) and the curve CSVs into ``plots``; returns the
     files written (``absent``: as in ``curves``). Earlier JSONs are removed first: with ``plots`` None, ``out``
@@ -146,17 +156,18 @@ def write_headline(p: dict, table_csv: str | Path, out: str | Path, absent: list
     ``*/*.json`` in it goes (an experiment or method no longer in the table); elsewhere, a folder of the
     user's, only those in the table's experiments' folders (nothing the headline did not write)."""
     table = read_table(table_csv)
+    spec, h = headline_table(study), study.params["headline"]
     out = Path(out)
     olds = [*out.glob("*/*.json")] if plots is None and out.is_dir() else [
-        f for e in comparable_experiments(p["tables"][p["headline"]["table"]]) for f in (out / e).glob("*.json")]
+        f for e in spec.comparable for f in (out / e).glob("*.json")]
     for old in olds:
         old.unlink()
     written = []
-    for (exp, method), vals in headline_metrics(p, table).items():
+    for (exp, method), vals in headline_metrics(study, table).items():
         written.append(write_text_atomic(out / exp / f"{method}.json", json.dumps(vals, indent=1) + "\n"))
-    for f in plot_files(p, plots):
-        exp, metric = next((e, m) for e in comparable_experiments(p["tables"][p["headline"]["table"]])
-                           for m in p["headline"]["curves"] if f.name.endswith(f"_{e}_{slug(m)}.csv"))
-        write_text_atomic(f, curves(p, exp, metric, absent).to_csv(index=False, float_format="%.6g"))
+    root = Path(plots or Path(study.paths["reports"]) / "plots")
+    for f in _plot_files(spec.name, spec.comparable, h["curves"], root):
+        exp, metric = next((e, m) for e in spec.comparable for m in h["curves"] if f.name.endswith(f"_{e}_{slug(m)}.csv"))
+        write_text_atomic(f, curves(study, exp, metric, absent).to_csv(index=False, float_format="%.6g"))
         written.append(f)
     return written

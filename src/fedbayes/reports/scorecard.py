@@ -24,7 +24,8 @@ from fedbayes.reports.tally import (_cause_of, _cell_key, cause_counts, counts, 
                                     published_cells, read_table, substitute_cells, table_order)
 from fedbayes.reports.verdicts import MEANING, PER_NUMBER, PER_TABLE, RAN, VERDICTS, _isnan
 from fedbayes.runpaths import run_dir
-from fedbayes.study import ConfigError, paths, split_variant, stand_in_size, swept_points, table_figures
+from fedbayes.study import ConfigError
+from fedbayes.study.model import Study, TableSpec
 
 
 def _link(target: str | Path, reports: Path) -> str:
@@ -55,33 +56,33 @@ def terminal_line(result: dict) -> str:
             f"{n['not run: other']} not run: other, {n['not comparable']} not comparable")
 
 
-def run_records(p: dict) -> list[Path]:
-    """The run.json of every run behind the tables: each point of the sweep a table's method selects from
-    (``swept_points``) and the point in the table, of the tables' experiments and methods, every seed.
+def run_records(study: Study, tables: list[TableSpec]) -> list[Path]:
+    """The run.json of every run behind ``tables``: each point of the sweep a table's method selects from
+    (``MethodPlan.swept``) and the point in the table, of the tables' experiments and methods, every seed.
     Their device and wall time are the scorecard's hardware and runtime. Read from params, not from the
     sweep reports, which are not a table's inputs (a table built alone may have none, or an old one). Not a
     Snakemake input of the scorecard: a run that is redone changes the tables, which rebuild the
     scorecard, and a finished run's record does not change."""
-    reports, found = Path(paths(p)["reports"]), set()
-    for name, spec in p["tables"].items():
-        f = reports / f"{name}.csv"
+    reports, found = Path(study.paths["reports"]), set()
+    for spec in tables:
+        f = reports / f"{spec.name}.csv"
         table = pd.read_csv(f, usecols=["experiment", "method", "point"]).dropna() if f.exists() else None
-        for exp in spec.get("experiments", []):
-            runs = (p["experiments"].get(exp) or {}).get("methods") or {}
-            for m in {split_variant(m)[0] for m in spec.get("methods", [])} & set(runs):
-                points = set(swept_points(p, exp, m))
+        for exp in spec.experiments:
+            runs = study.experiments[exp].methods if exp in study.experiments else {}
+            for m in set(spec.bases) & set(runs):
+                points = set(runs[m].swept)
                 if table is not None:
                     points |= set(table[(table.experiment == exp) & (table.method == m)].point.astype(str))
                 for point in points:
-                    found.update(run_dir(paths(p), exp, m, point, 0).parent.glob("seed*/run.json"))
+                    found.update(run_dir(study.paths, exp, m, point, 0).parent.glob("seed*/run.json"))
     return sorted(found)
 
 
-def _committed_runs(p: dict, behind: int) -> str:
+def _committed_runs(study: Study, behind: int) -> str:
     """How many runs are committed beside those behind the tables, and where the others are explained.
     Counted at results/runs/<experiment>/<method>/<point>/seed<s>/ for the params' experiments (a smoke or
     rehearsal folder below it is not an experiment)."""
-    runs = [f for f in Path(paths(p)["runs"]).glob("*/*/*/seed*/run.json") if f.parts[-5] in p["experiments"]]
+    runs = [f for f in Path(study.paths["runs"]).glob("*/*/*/seed*/run.json") if f.parts[-5] in study.experiments]
     extra = len(runs) - behind
     return f"; {len(runs)} committed (the other {extra}: docs/results.md)" if extra > 0 else ""
 
@@ -115,38 +116,38 @@ def _and(names) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
-def _tol(spec: dict) -> str:
-    return ", ".join(f"{k} ±{v}" for k, v in (spec.get("tolerance") or {}).items()) or "none"
+def _tol(table: TableSpec) -> str:
+    return ", ".join(f"{k} ±{v}" for k, v in table.tolerance.items()) or "none"
 
 
 TITLE = "# Reproduction scorecard"
 
 
-def build_scorecard(p: dict, out: str | Path) -> dict:
+def build_scorecard(study: Study, out: str | Path) -> dict:
     """Write the scorecard to ``out`` and return its counts ({table: {verdict: n}} plus "distinct")."""
-    if stand_in_size(p):
-        raise ConfigError(f"scale {p['scale']}: the scorecard scores results on the real data, and a rehearsal "
+    p, tables = study.params, study.tables
+    if study.stand_in:
+        raise ConfigError(f"scale {study.scale}: the scorecard scores results on the real data, and a rehearsal "
                           "runs on stand-in data only; its tables say what ran")
     out = Path(out)
     sc = p.get("scorecard", {})
-    reports = Path(paths(p)["reports"])
+    reports = Path(study.paths["reports"])
     frames, all_cells, subs = {}, [], {}
-    names = table_order(p["tables"])
+    names = table_order(tables)
     causes = causes_of(sc, names)
     for name in names:
-        spec = p["tables"][name]
-        df = read_table(p, name)
+        df = read_table(study, name)
         if "scale" in df and (df["scale"].astype(str) == "rehearsal").any():
             raise ConfigError(f"{reports}/{name}.csv holds a stand-in rehearsal's cells, which are never scored")
         frames[name] = df
         all_cells.append(published_cells(df))
-        subs[name] = substitute_cells(df, spec)
+        subs[name] = substitute_cells(df, tables[name])
     toy_cells, figure_claims = toy_results(p)
     toys = list(dict.fromkeys(toy_cells.table)) if len(toy_cells) else []
     for name in toys:
         subs[name] = toy_cells.iloc[:0]
     cells = pd.concat(all_cells + [toy_cells], ignore_index=True)
-    dist = distinct(cells, {n: s.get("published_as", {}) for n, s in p["tables"].items()})
+    dist = distinct(cells, {n: t.published_as for n, t in tables.items()})
     result = {n: counts(cells[cells.table == n]) for n in names + toys}
     result["distinct"] = counts(dist)
     n = result["distinct"]
@@ -156,11 +157,11 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     tlink = {name: f"[{name}]({_link(str(reports / (name + '.md')), reports)})" for name in names + toys}
 
     # the papers' claims, checked once, used at the top, in each paper's block and in their own section
-    papers_cited = sorted({r.split(":")[0] for s in p["tables"].values() for r in s.get("published", [])})
+    papers_cited = sorted({r.split(":")[0] for t in tables.values() for r in t.published})
     claims = []
     for paper, claim in paper_claims(papers_cited):
         claims.append((paper, claim, check_claim(frames[claim["table"]], paper, claim,
-                                                  p["tables"][claim["table"]].get("substitutes", {}))))
+                                                  tables[claim["table"]].substitutes)))
     claims += figure_claims
 
     # the outside cells, each distinct (experiment, method, metric, round, statistic, numbers) once, by cause
@@ -193,9 +194,9 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     no_cell = [pp for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"
                and sum(result[t][v] for t in names + toys if paper_of(t) == pp for v in RAN) == 0]
     with_sub = [pp for pp in no_cell if sum(len(subs[t]) for t in names if paper_of(t) == pp)]
-    headline_methods = {split_variant(m)[0] for t in names if paper_of(t) == "headline" for m in p["tables"][t]["methods"]}
+    headline_methods = {b for t in names if paper_of(t) == "headline" for b in tables[t].bases}
     in_headline = [pp for pp in no_cell if pp not in with_sub and headline_methods & {
-        split_variant(m)[0] for t in names if paper_of(t) == pp for m in p["tables"][t]["methods"]}]
+        b for t in names if paper_of(t) == pp for b in tables[t].bases}]
     titles = {pp: load_paper(pp).get("title", pp) for pp in dict.fromkeys(paper_of(t) for t in names) if pp != "headline"}
     short_name = {pp: t.rsplit("(", 1)[-1].rstrip(")") if "(" in t else pp for pp, t in titles.items()}
     L += ["## In short", "",
@@ -215,8 +216,8 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
               "with no published value to compare." if with_sub else "",
               f"{_and(short_name[pp] for pp in in_headline)}: methods run in the headline table only."
               if in_headline else ""])) if no_cell else "- Every paper has compared cells here.",
-          "- Hardware and runtime: " + _runtime([json.loads(f.read_text()) for f in run_records(p)])
-          + _committed_runs(p, len(run_records(p))) + ".", ""]
+          "- Hardware and runtime: " + _runtime([json.loads(f.read_text()) for f in run_records(study, list(tables.values()))])
+          + _committed_runs(study, len(run_records(study, list(tables.values())))) + ".", ""]
     failing = [(paper, claim, res) for paper, claim, res in claims if res.ours.startswith("does not hold")]
     if failing:
         L += ["**Claims that do not hold on our numbers** (each holds on the paper's own table unless said):", ""]
@@ -276,16 +277,15 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
         rest = [rest[0], rest[2], rest[1]]  # not run (no data, other), then not comparable
         if any(rest):
             L.append("- **Not run / not comparable:** " + "; ".join(r for r in rest if r) + ".")
-        recs = [json.loads(f.read_text()) for f in run_records({**p, "tables": {t: p["tables"][t] for t in ts}})]
+        recs = [json.loads(f.read_text()) for f in run_records(study, [tables[t] for t in ts])]
         L.append("- **Hardware, runtime** (runs behind its tables, every sweep candidate and seed): "
                  + _runtime(recs) + ".")
         links = []
         for t in ts:
-            spec = p["tables"][t]
             figs = [f"[{f.rsplit('_', 1)[-1].removesuffix('.png')}]({_link(str(reports / 'figures' / f), reports)})"
-                    for f in table_figures(t, spec) if (reports / "figures" / f).exists()]
+                    for f in tables[t].figures if (reports / "figures" / f).exists()]
             links.append(tlink[t] + (f" ({', '.join(figs)})" if figs else ""))
-        notes = sorted({p["tables"][t]["notes"] for t in ts if p["tables"][t].get("notes")})
+        notes = sorted({tables[t].notes for t in ts if tables[t].notes})
         L += ["- **Tables** (figures): " + ", ".join(links)
               + "".join(f"; [notes]({_link(x, reports)})" for x in notes) + ".", ""]
 
@@ -315,7 +315,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     split = both.groupby("_key").filter(lambda g: g.verdict.nunique() > 1)
     L += ["## One cell, two tolerances", "",
           "A number is judged by its paper table's tolerance (params.yaml `tables.<paper>/<table>.tolerance`: "
-          + "; ".join(f"{t} {_tol(p['tables'][t])}" for t in names if p["tables"][t].get("tolerance")
+          + "; ".join(f"{t} {_tol(tables[t])}" for t in names if tables[t].tolerance
                       and result[t]["within"] + result[t]["outside"]) + "), in table1 too. Two papers "
           "printing one number (BayesADMM reprints FedLap's FMNIST baselines) can disagree; the counts use "
           "each paper's own table."
@@ -342,7 +342,7 @@ def build_scorecard(p: dict, out: str | Path) -> dict:
     details = []
     for paper, claim, res in claims:
         alt = []
-        statistic = p["tables"][claim["table"]]["statistic"] if claim["table"] in p["tables"] else None
+        statistic = tables[claim["table"]].statistic if claim["table"] in tables else None
         for a in alternates if statistic else ():  # the same cells (same statistic) in a table of runs under another setting
             alt_df = pd.read_csv(a["csv"])
             r2 = check_claim(alt_df[alt_df.statistic == statistic], paper, claim)

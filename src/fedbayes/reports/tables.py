@@ -10,13 +10,14 @@ percent. This module gathers the cells, renders them and draws the table's figur
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fedbayes.study import split_variant
-from fedbayes.study import STAND_IN, comparable_experiments, experiment_config, paths, seeds, stand_in_size, table_figures
+from fedbayes.study import STAND_IN, split_variant, stand_in_size
+from fedbayes.study.model import Study, TableSpec
 from fedbayes.fileio import write_text_atomic
 from fedbayes.published import authors_code_files, authors_code_value, published_rounds, published_value
 from fedbayes.reports.cells import (DIGITS, ROUND_STATISTICS, PERCENT, best_over_rounds, cell_value, diverged_before,
@@ -29,82 +30,82 @@ from fedbayes.runfiles import DamagedFile, read_curves, read_metrics, read_run_i
 from fedbayes.runpaths import run_dir
 
 
-def table_rounds(spec: dict, e: dict) -> list[int]:
+def table_rounds(table: TableSpec, e: dict) -> list[int]:
     """The rounds a table reports for an experiment: all its report rounds, or only the last."""
-    return e["report_rounds"][-1:] if spec.get("rounds", "all") == "last" else list(e["report_rounds"])
+    return e["report_rounds"][-1:] if table.rounds == "last" else list(e["report_rounds"])
 
 
-def _cells(p: dict, spec: dict, exp: str) -> list[tuple[str, float]]:
+def _cells(study: Study, table: TableSpec, exp: str) -> list[tuple[str, float]]:
     """(column, value) keys of one experiment's cells: ("round", R) or ("target", acc). A
     ``not_comparable`` experiment (no params experiment) has the published table's rounds."""
-    if spec["statistic"] == "rounds_to_target":
-        return [("target", float(t)) for t in spec.get("targets", {}).get(exp, [])]
-    if exp in spec.get("not_comparable", {}):
-        return [("round", r) for r in published_rounds(spec.get("published", []), exp)]
-    return [("round", r) for r in table_rounds(spec, experiment_config(p, exp))]
+    if table.statistic == "rounds_to_target":
+        return [("target", float(t)) for t in table.targets.get(exp, ())]
+    if exp in table.not_comparable:
+        return [("round", r) for r in published_rounds(list(table.published), exp)]
+    return [("round", r) for r in table_rounds(table, study.experiments[exp].config)]
 
 
-
-def cell_tolerance(p: dict, spec: dict, source: str, metric: str) -> float | int:
+def cell_tolerance(tables: Mapping[str, TableSpec], table: TableSpec, source: str, metric: str) -> float | int:
     """The tolerance a published number is judged by: that of the paper table publishing it (``source``,
     "paper table": ``tables.<paper>/<table>.tolerance``) where the study reports that table, else the
     reporting table's own. A number reprinted by another report table (the headline table reprints the
     papers' cells) thus gets one verdict everywhere; NaN where neither sets one for ``metric``."""
-    own = p.get("tables", {}).get(source.replace(" ", "/"), {}) if source else {}
-    tol = (own.get("tolerance") or {}) if metric in (own.get("tolerance") or {}) else (spec.get("tolerance") or {})
+    own = tables.get(source.replace(" ", "/")) if source else None
+    tol = own.tolerance if own is not None and metric in own.tolerance else table.tolerance
     return tol.get(metric, float("nan"))
 
 
-def table_tolerances(p: dict, spec: dict) -> dict[str, dict[str, float]]:
-    """The tolerances of a table's cells, per published source (``spec.published``, "paper:table")."""
+def table_tolerances(tables: Mapping[str, TableSpec], table: TableSpec) -> dict[str, dict[str, float]]:
+    """The tolerances of a table's cells, per published source (``table.published``, "paper:table")."""
     out = {}
-    for ref in spec.get("published", []):
+    for ref in table.published:
         src = ref.replace(":", " ")
-        tol = {m: cell_tolerance(p, spec, src, m) for m in spec.get("metrics", [])}
+        tol = {m: cell_tolerance(tables, table, src, m) for m in table.metrics}
         out[ref] = {m: t for m, t in tol.items() if not math.isnan(t)}
-    if not out and spec.get("tolerance"):   # no published source named: the table's own
-        out[""] = dict(spec["tolerance"])
+    if not out and table.tolerance:   # no published source named: the table's own
+        out[""] = dict(table.tolerance)
     return out
 
 
-def table_rows(p: dict, name: str) -> pd.DataFrame:
-    spec = p["tables"][name]
+def table_rows(study: Study, table: TableSpec) -> pd.DataFrame:
+    p = study.params
     ddof = p.get("std_ddof", 1)
-    run_avg = int(spec.get("running", 1))   # running-average window of the statistics over rounds
-    refs = spec.get("published", [])
+    run_avg = table.running   # running-average window of the statistics over rounds
+    refs = list(table.published)
     rows = []
-    for exp in spec["experiments"]:
-        if exp in spec.get("not_comparable", {}):
-            e, status = {"methods": []}, f"not comparable ({spec['not_comparable'][exp]})"
+    for exp in table.experiments:
+        if exp in table.not_comparable:
+            e, status = {"methods": []}, f"not comparable ({table.not_comparable[exp]})"
         else:
-            e, status = experiment_config(p, exp), experiment_status(p, exp)
-        for method in spec["methods"]:
+            e, status = study.experiments[exp].config, experiment_status(p, exp)
+        for method in table.methods:
             base, variant = split_variant(method)  # bayesadmm@mean: the bayesadmm runs' "mean" predictions
             st = status if status != "ok" or base in e["methods"] else \
                 f"not run ({base} is not in experiments.{exp}.methods)"
             point, runs, hists, infos, skipped = "", [], [], [], []
             if st == "ok":
                 point = selected_point(p, exp, base)
-                dirs = [run_dir(paths(p), exp, base, point, s) for s in seeds(p, exp, base)]
+                run_seeds = study.experiments[exp].methods[base].seeds
+                dirs = [run_dir(study.paths, exp, base, point, s) for s in run_seeds]
                 for d in dirs:
                     check_data_source(p, d)
-                if spec["statistic"] in ROUND_STATISTICS:
-                    infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, seeds(p, exp, base))]
+                if table.statistic in ROUND_STATISTICS:
+                    infos = [{**read_run_info(d), "seed": s} for d, s in zip(dirs, run_seeds)]
                     hists = [read_curves(d, info) for d, info in zip(dirs, infos)]
                     skipped = [(s, read_metrics(d, info).get("not_evaluated", {})) for d, s, info in
-                               zip(dirs, seeds(p, exp, base), infos)]
+                               zip(dirs, run_seeds, infos)]
                 else:
                     runs = [read_metrics(d) for d in dirs]
                     skipped = [(m["seed"], m.get("not_evaluated", {})) for m in runs]
                     runs = [{**m, "rounds": m.get("variants", {}).get(variant, {}).get("rounds", {})} if variant else m
                             for m in runs]
                     infos = runs
-            for key, at in _cells(p, spec, exp):
+            for key, at in _cells(study, table, exp):
                 # seeds whose run diverged (NaN/inf) by this cell: the cell reads "diverged", not a number
                 div = [(m["seed"], r) for m in infos if (r := diverged_before(m, math.inf if key == "target" else at))]
                 cell_st = st if st != "ok" or not div else \
                     "diverged (" + ", ".join(f"seed {sd} at round {r}" for sd, r in div) + ")"
-                for metric in spec["metrics"]:
+                for metric in table.metrics:
                     # a metric added after a run's predictions were gone: recorded as not evaluated (eval.evaluate)
                     lacking = [sd for sd, ne in skipped if metric in ne]
                     metric_st = cell_st if cell_st != "ok" or not lacking else (
@@ -114,25 +115,25 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         vals = np.array([])
                     elif key == "target":
                         vals = np.array([rounds_to_target(h, at, metric, variant, run_avg) for h in hists])
-                    elif spec["statistic"] == "best":
+                    elif table.statistic == "best":
                         vals = np.array([best_over_rounds(h, metric, at, variant, run_avg) for h in hists])
                     else:
-                        vals = np.array([cell_value(m, metric, at, spec["statistic"]) for m in runs])
+                        vals = np.array([cell_value(m, metric, at, table.statistic) for m in runs])
                     pub = None
-                    if p["scale"] == "paper":
-                        pub = published_value(refs, exp, spec.get("published_as", {}).get(method, method), metric,
+                    if study.scale == "paper":
+                        pub = published_value(refs, exp, table.published_as.get(method, method), metric,
                                               **({"rnd": at} if key == "round" else {"target": at}))
                     missed = int(np.isnan(vals).sum()) if len(vals) else 0
                     ok_vals = vals if not missed else np.array([])  # a target missed by any seed: blank
                     mean = float(ok_vals.mean()) if len(ok_vals) else float("nan")
                     std = float(ok_vals.std(ddof=ddof)) if len(ok_vals) > ddof else float("nan")
                     has_pub = pub is not None and pub[0] is not None
-                    theirs = authors_code_value(exp, method, metric, at, spec["statistic"], ddof) \
-                        if p["scale"] == "paper" and key == "round" else None
+                    theirs = authors_code_value(exp, method, metric, at, table.statistic, ddof) \
+                        if study.scale == "paper" and key == "round" else None
                     diff = mean - pub[0] if has_pub else float("nan")
-                    tol = float(cell_tolerance(p, spec, pub[2] if pub else "", metric))
+                    tol = float(cell_tolerance(study.tables, table, pub[2] if pub else "", metric))
                     note = metric_st if metric_st != "ok" else (f"target not reached by {missed} of {len(vals)} seeds" if missed else "")
-                    if p["scale"] == "rehearsal":
+                    if study.scale == "rehearsal":
                         note = "; ".join(filter(None, ["stand-in rehearsal", note]))
                     if has_pub is False and pub is not None and metric_st == "ok":
                         note = (note + "; " if note else "") + "published: not reached / not reported"
@@ -140,7 +141,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "experiment": exp, "method": method, "point": point,
                         "round": at if key == "round" else float("nan"),
                         "target": at if key == "target" else float("nan"), "metric": metric,
-                        "statistic": spec["statistic"], "ours_mean": mean, "ours_std": std, "n_seeds": len(vals),
+                        "statistic": table.statistic, "ours_mean": mean, "ours_std": std, "n_seeds": len(vals),
                         "published_mean": pub[0] if has_pub else float("nan"),
                         "published_std": pub[1] if has_pub else float("nan"),
                         "published_source": pub[2] if pub else "",
@@ -151,7 +152,7 @@ def table_rows(p: dict, name: str) -> pd.DataFrame:
                         "diff": diff, "tolerance": tol,
                         "within_tol": within(has_pub, mean, diff, None if math.isnan(tol) else tol, key == "target" and pub is not None
                                               and metric_st == "ok"),
-                        "scale": p["scale"], "status": metric_st, "note": note,
+                        "scale": study.scale, "status": metric_st, "note": note,
                     })
     df = pd.DataFrame(rows)
     if not (df["target"].notna().any()):
@@ -207,24 +208,24 @@ def _delta(r, digits: int) -> str:
     return "" if math.isnan(r["diff"]) else f"{r['diff']:+.{digits}f}{ok}"
 
 
-def _header(p: dict, spec: dict, name: str) -> list[str]:
-    per = {ref: ", ".join(f"{k} {v}" for k, v in sorted(t.items())) for ref, t in table_tolerances(p, spec).items() if t}
+def _header(study: Study, table: TableSpec) -> list[str]:
+    per = {ref: ", ".join(f"{k} {v}" for k, v in sorted(t.items())) for ref, t in table_tolerances(study.tables, table).items() if t}
     tol = "" if not per else next(iter(per.values())) if len(set(per.values())) == 1 else \
         "that of the paper table publishing the cell (" + "; ".join(f"{r}: {t}" for r, t in per.items()) + ")"
-    stat = STAT_TEXT[spec["statistic"]]
-    if int(spec.get("running", 1)) > 1:
-        stat += f", of the trailing {spec['running']}-round running average"
+    stat = STAT_TEXT[table.statistic]
+    if table.running > 1:
+        stat += f", of the trailing {table.running}-round running average"
     rehearsal = ["**STAND-IN REHEARSAL**: every number below was trained on generated stand-in data "
                  "(fedbayes.data.standin), not on the real datasets: it shows that the pipeline runs, never a "
-                 "result; no cell has a verdict.", ""] if p["scale"] == "rehearsal" else []
-    return [f"# {name}: {md_text(spec.get('title', ''))}", "", *rehearsal,
-            f"Scale `{p['scale']}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
-            f"(ddof={p.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
+                 "result; no cell has a verdict.", ""] if study.scale == "rehearsal" else []
+    return [f"# {table.name}: {md_text(table.title)}", "", *rehearsal,
+            f"Scale `{study.scale}`. {stat[:1].upper() + stat[1:]}; cells are mean ± std over seeds "
+            f"(ddof={study.params.get('std_ddof', 1)}, n in brackets). Accuracy in %, NLL in nats, ECE = top-label, "
             "15 equal-width bins, L1; Brier = multi-class form Σ_c (p_c − y_c)² in [0, 2]; OOD AUROC = test set "
             "vs the experiment's OOD set, positive = OOD, score = predictive entropy."
-            + (" Published: " + ", ".join(spec["published"]) + ". Δ = ours − published"
+            + (" Published: " + ", ".join(table.published) + ". Δ = ours − published"
                + (f"; {MARK['within']} within / {MARK['outside']} outside the tolerance |Δ| ≤ {tol}" if tol else "")
-               + "." if spec.get("published") else ""), ""]
+               + "." if table.published else ""), ""]
 
 
 def _is_diverged(status: str) -> bool:
@@ -261,10 +262,9 @@ def _not_run_notes(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
+def render_long(df: pd.DataFrame, table: TableSpec) -> list[str]:
     """One line per (experiment, method, round): every metric, each beside its published value."""
-    spec = p["tables"][name]
-    metrics = spec["metrics"]
+    metrics = table.metrics
     header = ["experiment", "method", "selected", "round"]
     for m in metrics:
         header.append(m)
@@ -279,7 +279,7 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
         cells = [exp, method, md_text(first.point) or "not run", at]
         for m in metrics:
             r = g[g.metric == m].iloc[0]
-            digits = _digits(m, spec["statistic"])
+            digits = _digits(m, table.statistic)
             cells.append(_fmt(r.ours_mean, r.ours_std, r.n_seeds, digits) if r.status == "ok" else _status_cell(r.status))
             if f"{m} published" in header:
                 cells.append(_fmt(r.published_mean, r.published_std, None, digits))
@@ -291,23 +291,22 @@ def render_long(df: pd.DataFrame, p: dict, name: str) -> list[str]:
     return lines
 
 
-def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
+def render_paper(df: pd.DataFrame, table: TableSpec) -> list[str]:
     """The paper's layout: a line per (experiment, round or target[, metric]), a column per method;
     each cell is ours (mean ± std, n) over the published value and Δ. With several metrics, each
     gets its own block of lines (the papers' accuracy / NLL halves)."""
-    spec = p["tables"][name]
-    metrics = list(spec["metrics"])
-    methods = list(spec["methods"])
-    key = "target" if spec["statistic"] == "rounds_to_target" else "round"
+    metrics = list(table.metrics)
+    methods = list(table.methods)
+    key = "target" if table.statistic == "rounds_to_target" else "round"
     several = len(metrics) > 1
     lines = [f"Metric{'s' if several else ''} {', '.join(f'`{m}`' for m in metrics)}. "
-             "Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ; " + _cell_definition(spec) + ".", "",
+             "Cell: ours (mean ± std, n seeds) / published (mean ± std) / Δ; " + _cell_definition(table) + ".", "",
              "| experiment | " + ("metric | " if several else "") + key + " | " + " | ".join(methods) + " |",
              "|---|---|" + ("---|" if several else "") + "---|" * len(methods)]
     df = df.assign(at=[_at(r) for _, r in df.iterrows()])
     df = df.assign(_m=pd.Categorical(df.metric, categories=metrics))
     for (exp, metric, at), g in df.groupby(["experiment", "_m", "at"], sort=False, observed=True):
-        digits = _digits(metric, spec["statistic"])
+        digits = _digits(metric, table.statistic)
         cells = [exp] + ([metric] if several else []) + [at]
         for method in methods:
             r = g[g.method == method]
@@ -331,39 +330,38 @@ def render_paper(df: pd.DataFrame, p: dict, name: str) -> list[str]:
     return lines
 
 
-def _cell_definition(spec: dict) -> str:
+def _cell_definition(table: TableSpec) -> str:
     """How a cell's number is made, in a sentence: the run statistic (e.g. the mean of the last three
     rounds), then mean ± std over seeds."""
-    stat = STAT_TEXT[spec["statistic"]]
-    if int(spec.get("running", 1)) > 1:
-        stat += f", of the trailing {spec['running']}-round running average"
+    stat = STAT_TEXT[table.statistic]
+    if table.running > 1:
+        stat += f", of the trailing {table.running}-round running average"
     return f"{stat}; ours is the mean over the n seeds"
 
 
-def render_grid(df: pd.DataFrame, p: dict, name: str) -> list[str]:
+def render_grid(df: pd.DataFrame, table: TableSpec) -> list[str]:
     """The table at a glance, first in its .md (a Papers-with-Code style leaderboard): a row per method,
     a column per experiment, each cell the table's key metric (its first metric with published values)
     at the experiment's last reported round or target: ours, the published value and the verdict's mark;
     a last column counts the method's published cells by verdict over the whole table (every metric and
     round). Every number is one of the long table's below, rounded the same way."""
-    spec = p["tables"][name]
-    metrics = list(spec["metrics"])
+    metrics = list(table.metrics)
     published = [m for m in metrics if df[df.metric == m]["published_source"].astype(bool).any()]
     key = (published or metrics)[0]
-    digits = _digits(key, spec["statistic"])
+    digits = _digits(key, table.statistic)
     exps = list(dict.fromkeys(df.experiment))
     df = df.assign(at=[_at(r) for _, r in df.iterrows()])
     last = {x: df[df.experiment == x]["at"].iloc[-1] for x in exps}
     verdicts = [verdict(r) if is_published_cell(r) else None for _, r in df.iterrows()]
     df = df.assign(_verdict=verdicts)
-    where = "target" if spec["statistic"] == "rounds_to_target" else "round"
+    where = "target" if table.statistic == "rounds_to_target" else "round"
     what = f"rounds to reach the `{key}` target" if where == "target" else f"`{key}`"
     lines = [f"**At a glance**: {what} at each experiment's last {where} ({', '.join(f'{x}: {last[x]}' for x in exps)}). "
              f"Cell: ours / published, {MARK['within']} within or {MARK['outside']} outside the tolerance; "
-             f"{_cell_definition(spec)}. Last column: the method's published cells over every metric and {where} "
+             f"{_cell_definition(table)}. Last column: the method's published cells over every metric and {where} "
              "of the table, by verdict.", "",
              "| method | " + " | ".join(exps) + " | published cells |", "|---|" + "---|" * (len(exps) + 1)]
-    for method in spec["methods"]:
+    for method in table.methods:
         cells = [method]
         for x in exps:
             r = df[(df.method == method) & (df.experiment == x) & (df.metric == key) & (df["at"] == last[x])]
@@ -388,61 +386,59 @@ def render_grid(df: pd.DataFrame, p: dict, name: str) -> list[str]:
     return lines + [""]
 
 
-def render_markdown(df: pd.DataFrame, p: dict, name: str) -> str:
-    spec = p["tables"][name]
-    lines = _header(p, spec, name)
-    at = 4 if p["scale"] == "rehearsal" else 2   # after the title (and a rehearsal's warning)
-    lines[at:at] = render_grid(df, p, name)
+def render_markdown(df: pd.DataFrame, study: Study, table: TableSpec) -> str:
+    lines = _header(study, table)
+    at = 4 if study.scale == "rehearsal" else 2   # after the title (and a rehearsal's warning)
+    lines[at:at] = render_grid(df, table)
     theirs = df[df.authors_code_source != ""][["experiment", "method", "authors_code_source"]].drop_duplicates()
     if not theirs.empty:
         lines += ["\"Authors' code\": the same cell measured with the authors' released code, run outside this "
                   f"repository on its own draws of the data ({', '.join(authors_code_files())}):"]
         # a list item each: consecutive plain lines would render as one paragraph
         lines += [""] + [f"- {r.experiment}/{r.method}: {r.authors_code_source}." for r in theirs.itertuples()] + [""]
-    lines += render_paper(df, p, name) if spec.get("layout") == "paper" else render_long(df, p, name)
+    lines += render_paper(df, table) if table.layout == "paper" else render_long(df, table)
     lines += _not_run_notes(df)
-    figures = table_figures(name, spec)
-    if figures and not any(experiment_status(p, x) == "ok" for x in comparable_experiments(spec)):
+    figures = table.figures
+    if figures and not any(experiment_status(study.params, x) == "ok" for x in table.comparable):
         lines += ["", "**Figures:** no experiment of this table ran here, so there are no learning curves: "
                   + "; ".join(f"`{f}` shows " + ("the published values alone" if f.endswith("_curves.png") else
                                                   "the published ECE against the published accuracy (the paper prints no reliability bins)")
                               for f in figures) + "."]
-    notes = spec.get("notes")
+    notes = table.notes
     if notes and Path(notes).exists():
         lines += ["", md_document(Path(notes).read_text().strip())]
     return "\n".join(lines) + "\n"
 
 
-def table_csv(p: dict, name: str) -> Path:
+def table_csv(study: Study, table: TableSpec) -> Path:
     """The table's CSV in the workflow: ``<reports>/<name>.csv``."""
-    return Path(paths(p)["reports"]) / f"{name}.csv"
+    return Path(study.paths["reports"]) / f"{table.name}.csv"
 
 
-def figure_dir(p: dict, name: str, out: str | Path) -> Path:
+def figure_dir(study: Study, table: TableSpec, out: str | Path) -> Path:
     """Where the table's figures go: ``<reports>/figures/`` for the workflow's CSV, else beside ``out``
     (a table built elsewhere never rewrites the workflow's figures)."""
-    if Path(out).resolve() == table_csv(p, name).resolve():
-        return Path(paths(p)["reports"]) / "figures"
+    if Path(out).resolve() == table_csv(study, table).resolve():
+        return Path(study.paths["reports"]) / "figures"
     return Path(out).parent
 
 
-def built_files(p: dict, name: str, out: str | Path) -> list[Path]:
+def built_files(study: Study, table: TableSpec, out: str | Path) -> list[Path]:
     """The files ``build_table`` writes: the CSV, its rendered .md and the table's figures."""
     out = Path(out)
-    fig_dir = figure_dir(p, name, out)
-    return [out, out.with_suffix(".md")] + [fig_dir / f for f in table_figures(name, p["tables"][name])]
+    fig_dir = figure_dir(study, table, out)
+    return [out, out.with_suffix(".md")] + [fig_dir / f for f in table.figures]
 
 
-def build_table(p: dict, name: str, out: str | Path) -> pd.DataFrame:
+def build_table(study: Study, table: TableSpec, out: str | Path) -> pd.DataFrame:
     """Write ``out`` (.csv, long format: one row per cell) and the rendered ``.md`` beside it, plus its
-    figures (``config.table_figures``: learning curves, and reliability diagrams where ECE is a metric; none
+    figures (``TableSpec.figures``: learning curves, and reliability diagrams where ECE is a metric; none
     for a table whose experiments are all ``not_comparable``) under :func:`figure_dir`."""
     out = Path(out)
-    df = table_rows(p, name)
+    df = table_rows(study, table)
     write_text_atomic(out, df.to_csv(index=False, float_format="%.6g"))
-    write_text_atomic(out.with_suffix(".md"), render_markdown(df, p, name))
-    spec = p["tables"][name]
-    fig_dir = figure_dir(p, name, out)
-    for f in table_figures(name, spec):
-        (learning_curves if f.endswith("_curves.png") else reliability)(p, spec, fig_dir / f)
+    write_text_atomic(out.with_suffix(".md"), render_markdown(df, study, table))
+    fig_dir = figure_dir(study, table, out)
+    for f in table.figures:
+        (learning_curves if f.endswith("_curves.png") else reliability)(study, table, fig_dir / f)
     return df

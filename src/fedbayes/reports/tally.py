@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from fedbayes.reports.verdicts import RAN, VERDICTS, _isnan, is_published_cell, verdict
-from fedbayes.study import paths
+from fedbayes.study.model import Study, TableSpec
 
 
-def read_table(p: dict, name: str) -> pd.DataFrame:
-    f = Path(paths(p)["reports"]) / f"{name}.csv"
+def read_table(study: Study, name: str) -> pd.DataFrame:
+    f = Path(study.paths["reports"]) / f"{name}.csv"
     if not f.exists():
         raise FileNotFoundError(f"{f}: table {name!r} has not been built (snakemake --cores all {f})")
     df = pd.read_csv(f, keep_default_na=True)
@@ -28,10 +28,9 @@ def published_cells(df: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def substitute_cells(df: pd.DataFrame, spec: dict) -> pd.DataFrame:
+def substitute_cells(df: pd.DataFrame, table: TableSpec) -> pd.DataFrame:
     """Our cells on a table's substitute experiments (stand-ins with no published value)."""
-    subs = spec.get("substitutes", {})
-    return df[df.experiment.isin(list(subs)) & df.ours_mean.notna()]
+    return df[df.experiment.isin(list(table.substitutes)) & df.ours_mean.notna()]
 
 
 def counts(cells: pd.DataFrame) -> dict:

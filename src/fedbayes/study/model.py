@@ -3,16 +3,18 @@
 ``load_study`` reads, validates and resolves once; what a consumer needs is then a value, not a function
 of the whole params dict: an ``Experiment`` (its settings at the scale, the ``MethodPlan`` of each of its
 methods, its ``PartitionSpec`` per seed), a ``RunSpec`` (one training run: its configuration, exactly
-``run_config``'s, whose hash names the checkpoint, and its rerun key), a ``TableSpec`` (what a table
-plans). Settings are held as canonical JSON text, so an object is hashable and cannot be edited; the
-``config`` properties give a fresh dict each time. tests/test_study_keys.py checks every run's record
-and key against the resolution before these objects existed."""
+``run_config``'s, whose hash names the checkpoint, and its rerun key), a ``TableSpec`` (a table: each key
+of its block a typed field, with its default where params.yaml leaves it out; what the reports take).
+Settings of an experiment, partition or run are held as canonical JSON text, so they cannot be edited; the
+``config`` properties give a fresh dict each time. Collections are tuples and read-only mappings.
+tests/test_study_keys.py checks every run's record and key against the resolution before these objects
+existed."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -23,7 +25,8 @@ from fedbayes.study.paths import paths
 from fedbayes.study.rerun import config_hash, defaults_key, numerics
 from fedbayes.study.resolve import (experiment_config, partition_config, run_config, seeds, selection,
                                     selection_seeds, sweep_points, swept_points)
-from fedbayes.study.tables import comparable_experiments, table_figures
+from fedbayes.study.names import split_variant
+from fedbayes.study.tables import table_figures
 
 
 def _frozen(x) -> str:
@@ -138,16 +141,78 @@ class Experiment:
         return json.loads(self.text)
 
 
+def _mapping(x: Mapping | None, value=lambda v: v) -> Mapping:
+    return MappingProxyType({k: value(v) for k, v in (x or {}).items()})
+
+
 @dataclass(frozen=True)
 class TableSpec:
+    """One table of params.yaml (``tables.<name>``), resolved: a typed field per key its schema allows
+    (workflow/schemas/params.schema.yaml, ``tables``), an optional key absent from params.yaml holding the
+    default the reports read it with. Numbers are kept as written (a tolerance of ``1`` prints as ``1``)."""
     name: str
-    text: str                                  # its block of params.yaml as JSON
-    experiments: tuple[str, ...]               # the ones that run (``comparable_experiments``)
-    figures: tuple[str, ...]                   # under <reports>/figures (``table_figures``)
+    experiments: tuple[str, ...]               # as listed, ``not_comparable`` ones too (``comparable``: those that run)
+    methods: tuple[str, ...]                   # ``<method>`` or ``<method>@<variant>`` (a prediction variant)
+    statistic: str                             # mean_last3, max_last3, final, best, rounds_to_target
+    metrics: tuple[str, ...]
+    title: str = ""
+    running: int = 1                           # running-average window of a run's curve before the statistic
+    tolerance: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))   # metric -> |Δ| allowed
+    published: tuple[str, ...] = ()            # "paper:table" sources of the published values
+    notes: str = ""                            # a notes file appended to the table's .md ("": none)
+    sweeps: str | None = None                  # "beside": its sweep reports in its own folder
+    layout: str = "long"                       # long: a line per (experiment, method, round); paper: the paper's
+    rounds: str = "all"                        # all: every report round of an experiment; last: its last
+    published_as: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    substitutes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    not_comparable: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    targets: Mapping[str, tuple[float, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # the keys params.yaml sets, in its order (the others hold their defaults): ``block`` gives the block
+    # back, which tests/test_study_keys.py hashes against the fixture written from the raw block
+    given: tuple[str, ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_block(cls, name: str, block: Mapping) -> TableSpec:
+        """The TableSpec of a validated ``tables.<name>`` block (the front door has checked its keys and
+        types; a key the record has no field for is refused here too, naming it)."""
+        keys = [f for f in fields(cls) if f.name not in ("name", "given")]
+        if unknown := [k for k in block if k not in {f.name for f in keys}]:
+            raise ValueError(f"tables.{name}: unknown key {unknown[0]!r} (a table has {sorted(f.name for f in keys)})")
+        if missing := [f.name for f in keys if f.name not in block and f.default is MISSING
+                       and f.default_factory is MISSING]:
+            raise ValueError(f"tables.{name}: no {missing[0]}")
+        typed = {"experiments": tuple, "methods": tuple, "metrics": tuple, "published": tuple,
+                 "tolerance": _mapping, "published_as": _mapping, "substitutes": _mapping,
+                 "not_comparable": _mapping, "targets": lambda x: _mapping(x, tuple)}
+        return cls(name=name, given=tuple(block),
+                   **{k: typed.get(k, lambda v: v)(v) for k, v in block.items()})
 
     @property
-    def spec(self) -> dict:
-        return json.loads(self.text)
+    def block(self) -> dict:
+        """The table's block as params.yaml sets it (its ``given`` keys, as JSON values)."""
+        def plain(v):
+            if isinstance(v, Mapping):
+                return {k: plain(x) for k, x in v.items()}
+            return [plain(x) for x in v] if isinstance(v, tuple) else v
+        return {k: plain(getattr(self, k)) for k in self.given}
+
+    @property
+    def comparable(self) -> tuple[str, ...]:
+        """The experiments that run (``comparable_experiments``): a ``not_comparable`` one only carries the
+        published numbers."""
+        return tuple(x for x in self.experiments if x not in self.not_comparable)
+
+    @property
+    def bases(self) -> tuple[str, ...]:
+        """The methods whose runs the table reads (a prediction variant ``<method>@<variant>`` -> its
+        method), each once, in the table's order."""
+        return tuple(dict.fromkeys(split_variant(m)[0] for m in self.methods))
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The figures it writes under <reports>/figures (``table_figures``)."""
+        return tuple(table_figures(self.name, {"experiments": self.experiments, "not_comparable": self.not_comparable,
+                                               "metrics": self.metrics}))
 
 
 @dataclass(frozen=True)
@@ -167,8 +232,7 @@ class Study:
         """The study of validated params (``load_params``) at their scale."""
         with resolved_once():   # each experiment resolved once; each RunSpec below resolves its own run
             experiments = {e: _experiment(params, e) for e in params["experiments"]}
-        tables = {t: TableSpec(t, _frozen(spec), tuple(comparable_experiments(spec)), tuple(table_figures(t, spec)))
-                  for t, spec in (params.get("tables") or {}).items()}
+        tables = {t: TableSpec.from_block(t, spec) for t, spec in (params.get("tables") or {}).items()}
         return cls(params.get("scale", "paper"), params, MappingProxyType(dict(paths(params))), tuple(seeds(params)),
                    stand_in_size(params), MappingProxyType(experiments), MappingProxyType(tables))
 
