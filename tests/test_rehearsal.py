@@ -75,9 +75,10 @@ def test_a_stand_in_run_copied_into_the_real_runs_fails_the_table(repo, tmp_path
 
 def test_the_scorecard_refuses_a_rehearsal(repo, tmp_path):
     from fedbayes.reports.scorecard import build_scorecard
+    from fedbayes.study.model import load_study
 
     with pytest.raises(ConfigError, match="scorecard scores results on the real data"):
-        build_scorecard(load_params(repo / "params.yaml", scale="rehearsal"), tmp_path / "README.md")
+        build_scorecard(load_study(repo / "params.yaml", scale="rehearsal"), tmp_path / "README.md")
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +103,7 @@ def test_the_rehearsal_runs_every_experiment_of_the_five_papers(rehearsal, repo)
     import pandas as pd
 
     from fedbayes.study import experiment_config
+    from fedbayes.study.model import Study
     from fedbayes.reports.rehearsal import pair_summary
 
     d, out, seconds = rehearsal
@@ -120,7 +122,8 @@ def test_the_rehearsal_runs_every_experiment_of_the_five_papers(rehearsal, repo)
     cwd = os.getcwd()
     os.chdir(d)
     try:
-        rows = [pair_summary(p, e, m) for e in p["experiments"] for m in experiment_config(p, e)["methods"]]
+        st = Study.resolve(p)
+        rows = [pair_summary(st, e, m) for e, x in st.experiments.items() for m in x.methods]
     finally:
         os.chdir(cwd)
     assert all(r["ok"] for r in rows)
