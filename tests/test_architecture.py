@@ -47,8 +47,11 @@ RANK = {name: i for i, name in enumerate(reversed(LAYERS))}   # core 0 … cli 4
 # does import one of HEAVY when it is imported.
 HEAVY = ("torch", "matplotlib", "pandas", "scipy", "sklearn", "mlflow")
 # The whole command (fedbayes.cli.app: the parser, numpy, jsonschema, ≈ 0.5 CPU-s) deferred from the
-# `fedbayes` process whose command a warm server runs (fedbayes.cli.warm), and imported by the server's child.
-WARM_DEFERRALS = {("fedbayes.cli", "fedbayes.cli.app"), ("fedbayes.cli.warm", "fedbayes.cli.app")}
+# `fedbayes` process whose command a warm server runs (fedbayes.cli.warm), and imported by the server's child;
+# the server's preloads (fedbayes.cli.warm.PRELOAD_OWN), imported by name in the server before any command.
+WARM_DEFERRALS = {("fedbayes.cli", "fedbayes.cli.app")} | {
+    ("fedbayes.cli.warm", m) for m in ("fedbayes.cli.app", "fedbayes.engine.loop", "fedbayes.engine.data",
+                                       "fedbayes.eval.evaluate", "fedbayes.reports.selection")}
 LAZY_TORCH = {
     ("fedbayes.engine", "fedbayes.engine.data"),         # the engine's names resolved on first use (PEP 562)
     ("fedbayes.models", "fedbayes.models.nets"),         # the builders behind the torch-free index (PEP 562)
