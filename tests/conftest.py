@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import fedbayes  # noqa: F401  (first: its CPU-numerics settings must precede torch's start-up)
@@ -95,23 +94,3 @@ def small_cfg(**over):
 def cfg_factory():
     return small_cfg
 
-
-@pytest.fixture(scope="session", autouse=True)
-def warm_servers(tmp_path_factory):
-    """One folder of warm servers (fedbayes.cli.warm) for each test worker's whole session: every
-    ``fedbayes`` command a test runs, directly or as a job of a Snakemake or DVC build (whose ``onstart``
-    then keeps this folder instead of making its own), forks from a server that has the libraries
-    imported, instead of each build starting its servers and running its first job cold. The child is the
-    command as a fresh process would run it (tests/test_warm.py compares them byte for byte); a command
-    whose environment differs (``PYTHONPATH`` of a copy's sources, thread counts) gets its own server, and
-    a server whose preloaded files changed (a test edits sources) ends. ``FEDBAYES_WARM=0 pytest …``: off."""
-    from fedbayes.cli import warm
-
-    if os.environ.get(warm.WARM_ENV):   # set by the caller: theirs (or 0, off)
-        yield
-        return
-    logdir = tmp_path_factory.mktemp("warm")
-    folder = warm.start(logdir)
-    yield
-    warm._started = (folder, logdir)   # a test of start/stop in this process may have replaced the record
-    warm.stop()
