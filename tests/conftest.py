@@ -93,4 +93,3 @@ def small_cfg(**over):
 @pytest.fixture
 def cfg_factory():
     return small_cfg
-

@@ -17,10 +17,9 @@ def _params(args, trust_stamp: bool = True):
 def _study(args, trust_stamp: bool = True) -> Study:
     """The study of ``--params`` at ``--scale``, resolved once for the command; a command naming a table
     (``args.table``) is refused in one line unless the study has it."""
-    study = Study.resolve(load_params(args.params, scale=args.scale, trust_stamp=trust_stamp))
+    study = Study.resolve(_params(args, trust_stamp))
     if getattr(args, "table", None) is not None and args.table not in study.tables:
         raise ConfigError(f"{_abbreviated(args.table)!r}: not a table of params.yaml (its tables: {', '.join(study.tables)})")
-    data_root(study.params)
     return study
 
 

@@ -84,9 +84,12 @@ def _resolve_method_spec(params: dict, experiment: str, method: str) -> tuple[di
     spec = copy.deepcopy(params.get("methods", {}).get(method) or {})
     over = copy.deepcopy(params["experiments"][experiment]["methods"].get(method) or {})
     grid = over.pop("sweep", spec.pop("sweep", None)) or {}
-    own = _scale_override(params, experiment, method).get("sweep")   # the scale's grid for this run wins whole;
-    scale_values = {} if own else overlay(params).get("sweep") or {}   # else the values a grid over a key takes
-    grid = {k: list(scale_values.get(k, v)) for k, v in (own or grid).items()}     # at this scale
+    own = _scale_override(params, experiment, method).get("sweep")
+    if own:   # the scale's grid for this run wins whole
+        grid = {k: list(v) for k, v in own.items()}
+    else:     # else every grid over a key takes the values the scale gives that key
+        scale_values = overlay(params).get("sweep") or {}
+        grid = {k: list(scale_values.get(k, v)) for k, v in grid.items()}
     over.pop("seeds", None), spec.pop("seeds", None)  # which seeds run (see seeds()), not a hyperparameter
     return deep_merge(spec, over), grid
 
