@@ -26,6 +26,12 @@ fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] && PY=.venv/bin/python
+# the method registry is the package's entry points: where fedbayes is not installed (a bare machine, the
+# source on PYTHONPATH), its metadata is written from pyproject.toml into /tmp/site
+if ! "$PY" -c "import importlib.metadata as m; m.distribution('fedbayes')" 2>/dev/null; then
+  "$PY" benchmarks/source_metadata.py /tmp/site || exit 2
+  export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi (DEVICE=$DEVICE)"
 # the heaviest rows of benchmarks/suite_cost.md's CPU column first (core-hours), then the rest of their experiments
 ROWS="${ROWS:-cifar100-pachinko-k500:fedsep_v cifar100-pachinko-k500:fedep_v cifar100-pachinko-k500:fedep_l \

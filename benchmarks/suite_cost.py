@@ -193,10 +193,51 @@ def fit_clients(points: list[int], seconds: list[float], clients: int, round_poi
     a round of ``clients`` clients holding ``round_points`` points then costs clients·a + b·round_points
     (scaling the measured time by points alone multiplies the fixed cost of tiny clients)."""
     (n0, n1), (t0, t1) = points, seconds
-    b = max(0.0, (t1 - t0) / (n1 - n0)) if n1 != n0 else t1 / max(n1, 1)
-    a = max(0.0, t0 - b * n0)
+    if n1 == n0:
+        # one size (every client of cifar100-pachinko-k500 holds 100 points): no line to fit. Round 2's first
+        # client still pays one-time costs (a method's first post-burn-in step: 10.7 against 5.0 s on the
+        # H200), so each client costs the second one's time
+        a, b = 0.0, t1 / max(n1, 1)
+    else:
+        b = max(0.0, (t1 - t0) / (n1 - n0))
+        a = max(0.0, t0 - b * n0)
     return {"points": [int(n0), int(n1)], "s": [float(t0), float(t1)], "fixed_s": a, "per_point_s": b,
             "round_client_s": clients * a + b * round_points}
+
+
+def derive_train(r: dict) -> dict:
+    """A row's training seconds a round from its raw timings (round 2's client updates and server step; round
+    1 for a burn-in): the client part scaled by points, or by the fit through the two clients of round 2 (a
+    round costs clients·a + b·its points), the server step by clients a round / clients measured; a burn-in
+    row's mean weights its FedAvg-M rounds (round 1) and the rest (round 2). Adds scale_client, client_fit's
+    line and train_s_per_round (and the burn-in's parts) to ``r``."""
+    client_s, fit = r["round2_client_s"], r.get("client_fit")
+    k_pts = r["points_per_round"] / r["points_measured"]
+    if fit:
+        line = fit_clients(fit["points"], r["client_update_s_each"][-2:], r["clients_per_round"], r["points_per_round"])
+        r["client_fit"] = {**line, "full_sizes": fit["full_sizes"]}
+        k_pts = line["round_client_s"] / client_s if client_s > 0 else k_pts   # the fit as a factor on round 2's time
+    train_s = client_s * k_pts + r["round2_other_s"] * r["scale_other"]
+    r["scale_client"] = k_pts
+    if r.get("burn_in"):
+        b, R = r["burn_in"], r["rounds"]
+        # round 1 (FedAvg-M) trained the same two clients: its own line where there is a fit
+        burn_client = fit_clients(fit["points"], r["client_update_s_each"][:2], r["clients_per_round"],
+                                  r["points_per_round"])["round_client_s"] if fit else r["burn_in_client_s"] * k_pts
+        burn_other = r["burn_in_other_s"] * r["scale_other"]
+        r.update(burn_in_train_s_per_round=burn_client + burn_other, post_burn_in_train_s_per_round=train_s)
+        # the run's mean training s/round: burn_in rounds of FedAvg-M, the rest EP / FedPA
+        client = (b * burn_client + (R - b) * client_s * k_pts) / R
+        other = (b * burn_other + (R - b) * r["round2_other_s"] * r["scale_other"]) / R
+    else:
+        client, other = client_s * k_pts, r["round2_other_s"] * r["scale_other"]
+    r.update(client_s_per_round=client, other_s_per_round=other, train_s_per_round=client + other)
+    return r
+
+
+def refit(r: dict) -> dict:
+    """``derive_train`` again on a row of the JSON (after a change of the fit: --report-only --refit)."""
+    return derive_train(r) if r.get("status", "ok") == "ok" else r
 
 
 def measure_row(args, e: str, m: str) -> dict:
@@ -309,8 +350,11 @@ def measure_row(args, e: str, m: str) -> dict:
         loop.build_method, loop.predict = build_method, predict
         try:
             t0 = time.perf_counter()
+            # one client at a time: the fit needs each client's own time, which clients trained together (the
+            # batched path, a GPU's default) do not have; on a GPU the row is then an upper bound for a method
+            # with a batched form
             hist = loop.run_federated(RunSpec.from_config(cfg), data, f"{tmp}/run", device, log=log,
-                                      batch_clients={"auto": None, True: True, False: False}[p.get("batch_clients", "auto")])
+                                      batch_clients=False)
             t_run = time.perf_counter() - t0
         finally:
             loop.build_method, loop.predict = real_build, real_predict
@@ -327,29 +371,18 @@ def measure_row(args, e: str, m: str) -> dict:
     pts_round = float(sizes.sum()) if n_part == K else float(sizes.mean() * n_part)
     if len(rec["client"]) != c * args.rounds:
         raise RuntimeError(f"{len(rec['client'])} client updates timed, expected {c} a round "
-                           "(clients trained together bypass the per-client timer: run with batch_clients false)")
+                           "(clients trained together bypass the per-client timer)")
     client_s = sum(rec["client"][-c:])            # round 2's c client updates
-    other_s = float(last["time_s"]) - client_s    # server step + loop, round 2
-    k_pts, k_cl = pts_round / pts_trained, n_part / c
-    client_fit = None
-    if fit:
-        # t = a + b·points through the two clients of round 2: a round costs n_part·a + b·(its points)
-        client_fit = fit_clients(rec["client_points"][-2:], rec["client"][-2:], n_part, pts_round)
-        client_fit["full_sizes"] = [int(sizes[k]) for k in chosen]
-        fitted = client_fit["round_client_s"]
-        k_pts = fitted / client_s if client_s > 0 else k_pts   # the fit as a factor on round 2's client time
-    train_s = client_s * k_pts + other_s * k_cl
     r1_client = sum(rec["client"][:c])
-    r1_other = float(hist[1]["time_s"]) - r1_client
-    burn = {}
+    raw = {"client_update_s_each": rec["client"], "clients_measured": int(c), "clients_per_round": int(n_part),
+           "points_per_round": pts_round, "points_measured": pts_trained, "rounds": full_cfg["rounds"],
+           "round2_client_s": client_s, "round2_other_s": float(last["time_s"]) - client_s,   # server step + loop
+           "scale_other": n_part / c,
+           "client_fit": {"points": rec["client_points"][-2:], "full_sizes": [int(sizes[k]) for k in chosen]} if fit else None}
     if cfg["hparams"].get("burn_in") != full_cfg["hparams"].get("burn_in"):
-        b = int(full_cfg["hparams"]["burn_in"])
-        burn_s = r1_client * k_pts + r1_other * k_cl
-        burn = {"burn_in": b, "burn_in_client_s": r1_client, "burn_in_other_s": r1_other,
-                "burn_in_train_s_per_round": burn_s,
-                "post_burn_in_train_s_per_round": train_s}
-        # the run's mean training s/round: burn_in rounds of FedAvg-M, the rest EP / FedPA
-        train_s = (b * burn_s + (full_cfg["rounds"] - b) * train_s) / full_cfg["rounds"]
+        raw.update(burn_in=int(full_cfg["hparams"]["burn_in"]), burn_in_client_s=r1_client,
+                   burn_in_other_s=float(hist[1]["time_s"]) - r1_client)
+    raw = derive_train(raw)
     # evaluation: per variant, round 2 (the last: every variant), scaled to the full test/OOD sets
     def variant_costs(calls):
         out = {}
@@ -363,6 +396,7 @@ def measure_row(args, e: str, m: str) -> dict:
     per_variant = variant_costs(rec["rounds"][-1])
     # before the burn-in ends, a method's predictive may be cheaper (FedEP's `mc` is the point network until
     # its posterior exists): those rounds are costed with round 0's evaluation (same, pre-switch state)
+    burn = raw.get("burn_in")
     pre_variant = {**per_variant, **variant_costs(rec["rounds"][0])} if burn else per_variant
     predict_measured = sum(d["s_measured"] for d in per_variant.values())
     eval_measured = float(last["eval_s"])
@@ -375,7 +409,7 @@ def measure_row(args, e: str, m: str) -> dict:
     eval_run_s = 0.0
     for rnd in range(0, R + 1):
         vs = loop.evaluated_variants(method, rnd, full_cfg)
-        costs = pre_variant if burn and rnd < burn["burn_in"] else per_variant
+        costs = pre_variant if burn and rnd < burn else per_variant
         for v in vs:
             n_evals[v] = n_evals.get(v, 0) + 1
             eval_run_s += costs.get(v, {"s_full": 0.0})["s_full"]
@@ -392,15 +426,12 @@ def measure_row(args, e: str, m: str) -> dict:
         "model": full_cfg["model"]["name"], "n_params": int(n_params),
         "input_shape": list(data.x_train.shape[1:]), "n_classes": int(data.n_classes),
         "dataset": ex["dataset"], "ood": ex.get("ood"), "clients": K, "clients_per_round": int(n_part),
-        "clients_measured": int(c), "client_ids": [int(k) for k in chosen],
-        "points_measured": pts_trained, "points_per_round": pts_round,
+        "client_ids": [int(k) for k in chosen],
         "batch_size": full_cfg["hparams"].get("batch_size"), "local_epochs": full_cfg["hparams"].get("local_epochs"),
-        "rounds": R, "rounds_measured": args.rounds,
-        "round1_time_s": float(hist[1]["time_s"]), "round2_time_s": float(last["time_s"]),
-        "round2_client_s": client_s, "round2_other_s": other_s,
-        "client_update_s_each": rec["client"],
-        "scale_client": k_pts, "scale_other": k_cl, "client_fit": client_fit,
-        "floor_rates": rates, "floor_rates_end": throughput(), "disk_bytes": disk, "gpu_peak_bytes": gpu_peak, "train_s_per_round": train_s, **burn,
+        "rounds_measured": args.rounds,
+        "round1_time_s": float(hist[1]["time_s"]), "round2_time_s": float(last["time_s"]), **raw,
+        "device": device.type, "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "floor_rates": rates, "floor_rates_end": throughput(), "disk_bytes": disk, "gpu_peak_bytes": gpu_peak,
         "test_size": full_test, "ood_size": full_ood, "test_measured": n_test, "ood_measured": n_ood,
         "eval_variants": per_variant, "eval_variants_burn_in": pre_variant if burn else None, "eval_metrics_s": metrics_s,
         "eval_s_last_round": eval_last_s, "eval_s_measured_round2": eval_measured,
@@ -526,6 +557,8 @@ def main() -> None:
     ap.add_argument("--retry", action="store_true", help="with --resume: re-measure rows that failed or were skipped")
     ap.add_argument("--redo", action="store_true", help="re-measure the selected rows even where the JSON has them")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the markdown from the JSON")
+    ap.add_argument("--refit", action="store_true", help="derive every row's training seconds again from its raw "
+                    "timings (after a change of the fit)")
     ap.add_argument("--previous", metavar="JSON", help="with --report-only: record an earlier JSON's total, rows "
                     "below their floor and the core-hours of the rows re-measured since (the 'before' column)")
     ap.add_argument("--merge", nargs="*", metavar="JSON", help="with --report-only: take the rows other JSONs (rows "
@@ -554,10 +587,16 @@ def main() -> None:
     if args.previous:
         record_previous(p, doc, json.loads(Path(args.previous).read_text()))
         save_json(jpath, doc)
+    if args.refit:
+        doc["rows"] = {k: refit(r) for k, r in doc["rows"].items()}
+        save_json(jpath, doc)
     if not args.report_only:
         doc["settings"] = {"clients_cap": args.clients_cap, "test_cap": args.test_cap, "rounds": args.rounds,
                            "max_seconds": args.max_seconds, "stand_in": f"{args.stand_in_root} (size paper)",
-                           "host": platform.node(), "cpu": _cpu_name(), "nproc": os.cpu_count()}
+                           "host": platform.node(), "cpu": _cpu_name(), "nproc": os.cpu_count(), "device": args.device}
+    # the GPU column's JSON gets its own page (seconds on a card, GPU memory, GPU-hours beside the CPU's)
+    write = write_gpu_md if doc.get("settings", {}).get("device", "cpu") != "cpu" else write_md
+    if not args.report_only:
         todo = [(e, m) for e, m in suite_rows(p)
                 if (not args.experiments or e in args.experiments) and (not args.methods or m in args.methods)]
         keep = lambda r: r and not args.redo and (r["status"] == "ok" or not args.retry)  # noqa: E731
@@ -574,13 +613,13 @@ def main() -> None:
             row["settings"] = {k: getattr(args, k) for k in ("clients_cap", "test_cap", "rounds", "max_seconds", "pick", "fit_points")}
             doc["rows"][key] = row
             save_json(jpath, doc)
-            write_md(p, doc, Path(args.md))
+            write(p, doc, Path(args.md))
             if row["status"] == "ok":
                 print(f"{row['train_s_per_round']:.2f} s/round train, {row['eval_s_per_round']:.2f} s/round eval, "
                       f"{row['peak_rss_mib']:.0f} MiB ({time.perf_counter() - t0:.0f} s)", flush=True)
             else:
                 print(f"{row['status'].upper()}: {row['error']}", flush=True)
-    write_md(p, doc, Path(args.md))
+    write(p, doc, Path(args.md))
     print(f"wrote {args.md} and {args.json}")
 
 
@@ -601,11 +640,7 @@ def run_seconds(row: dict, runs: dict) -> tuple[float, float]:
     R = row["rounds"]
     ep = runs["epochs"]
     e0 = ep[row["point"]] or 1
-    client, other = row["round2_client_s"] * row["scale_client"], row["round2_other_s"] * row["scale_other"]
-    if row.get("burn_in"):   # burn_in rounds of FedAvg-M (round 1 of the measurement), the rest round 2's
-        b = row["burn_in"]
-        client = (b * row["burn_in_client_s"] + (R - b) * row["round2_client_s"]) / R * row["scale_client"]
-        other = (b * row["burn_in_other_s"] + (R - b) * row["round2_other_s"]) / R * row["scale_other"]
+    client, other = row["client_s_per_round"], row["other_s_per_round"]   # derive_train: burn-in weighted
     per_run = lambda pt: R * (client * ep[pt] / e0 + other + row["eval_s_per_round"])  # noqa: E731
     swept = [per_run(pt) for pt in runs["swept_points"]]
     selected = sum(per_run(pt) for pt in ep) / len(ep)       # the selected point: mean over the grid
@@ -755,6 +790,9 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
     body = []
     n_missing = below = 0
     gpu = _gpu_rows(p)
+    gpu_chain = 0.0
+    cards = ", ".join(sorted({r.get("gpu_name") or "?" for r in gpu.values()})) or "none"
+    peaks = [r["gpu_peak_bytes"] for r in gpu.values() if r.get("gpu_peak_bytes")]
     for e, m in rows:
         runs = dag_runs(p, e, m)
         ex = _ec(p, e)
@@ -773,7 +811,8 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
         single[(e, m)] = lng / (2 if runs["swept"] and runs["selected_only"] else 1)
         per_exp[e] = per_exp.get(e, 0.0) + tot
         if f"{e}/{m}" in gpu:
-            gpu_tot[(e, m)] = run_seconds(gpu[f"{e}/{m}"], runs)[0]
+            gpu_tot[(e, m)], g_chain = run_seconds(gpu[f"{e}/{m}"], runs)
+            gpu_chain = max(gpu_chain, g_chain)
         fit = r.get("client_fit")
         if r["measured_in_full"]:
             how = "measured in full"
@@ -827,8 +866,9 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
          f"{_num(doc.get('previous_summary', {}).get('core_h'))} | **{_h(total)}** |",
          f"| rows below their FLOP floor | {_num(doc.get('previous_summary', {}).get('below_floor'))} | {below} |",
          f"| GPU-hours, rows measured on a GPU | 0 of {len(rows)} | {len(gpu_tot)} of {len(rows)}: "
-         f"{sum(gpu_tot.values()) / 3600:,.1f} h (one H100; `suite_cost_gpu.md`) |",
-         "| GPU-hours, the other rows | not measured | not measured (no GPU lent; `benchmarks/gpu_suite_cost.sh` is ready) |",
+         f"{sum(gpu_tot.values()) / 3600:,.1f} h (one card: {cards}; `suite_cost_gpu.md`) |",
+         "| GPU-hours, the other rows | not measured | not measured (`bash benchmarks/gpu_suite_cost.sh` on a GPU "
+         "machine measures the next ones, heaviest first) |",
          f"| rows with runs longer than the Slurm profile's {limit} min on one core | "
          f"{_num(doc.get('previous_summary', {}).get('over_limit'))} | {len(over)} |", "",
          f"* **Machines.** Rows marked *kept* were measured on 2026-11-26 on an AMD EPYC (one core a row, two rows "
@@ -842,8 +882,9 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
          "* **The change in the total**, row by row where it moved: " + (", ".join(
              f"{k} {v['core_h']:,.1f} → {_h(totals[tuple(k.split('/'))])} core-h ({v['why']})"
              for k, v in prev.items() if tuple(k.split("/")) in totals) or "none") + ".",
-         "* **GPU memory per run**: not measured (no GPU lent; the script records `torch.cuda.max_memory_allocated` per "
-         "row as `gpu_peak_bytes`). The profile asks `mem_mb: "
+         "* **GPU memory per run**: " + (f"≤ {max(peaks) / 2 ** 30:,.1f} GiB (`torch.cuda.max_memory_allocated`) in the "
+                                          f"{len(peaks)} rows that recorded it (suite_cost_gpu.md)" if peaks else "not recorded yet")
+         + ". The profile asks `mem_mb: "
          f"{prof['train_mem_mb']}` of host memory; peak host RSS per row is in the table (≤ "
          f"{max([r['peak_rss_mib'] for r in doc['rows'].values() if r['status'] == 'ok'] or [0]):,.0f} MiB).",
          "* **Disk**: a finished run keeps history.csv, metrics.json and run.json (the 166 committed runs: "
@@ -913,11 +954,15 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
     L += ["", "## The whole suite", "",
           f"* **CPU (one core a run, at the reference rate): {_h(total)} core-hours**, covering {cover}"
           + (f"; the {n_missing} rows not measured are not in this number." if n_missing else "."),
-          f"* **GPU-hours**: {len(gpu_tot)} rows measured on one H100 (suite_cost_gpu.md: "
+          f"* **GPU-hours**: {len(gpu_tot)} rows measured on one card ({cards}; suite_cost_gpu.md: "
           + ", ".join(f"{e}/{m} {gpu[f'{e}/{m}']['train_s_per_round']:.1f} s/round" for e, m in gpu_tot)
           + f"; {sum(gpu_tot.values()) / 3600:,.1f} GPU-h for their runs, against {sum(totals[k] for k in gpu_tot) / 3600:,.0f} "
           "core-h); the other rows not measured: `bash benchmarks/gpu_suite_cost.sh` fills the GPU column (heaviest "
-          "experiments first, 90 s a row).", ""]
+          "experiments first, 90 s a row)."
+          + (f" On the Slurm profile with one GPU a job, these rows' runs take ≈ {_dur(max(sum(gpu_tot.values()) / min(8, jobs or 8), gpu_chain))} "
+             f"on 8 GPUs and ≈ {_dur(max(sum(gpu_tot.values()) / min(32, jobs or 32), gpu_chain))} on 32 (their longest chain of "
+             f"runs {_dur(gpu_chain)}), against {_dur(max(sum(totals[k] for k in gpu_tot) / (jobs or 100), max(longest[k] for k in gpu_tot)))} "
+             f"on {jobs or 100} CPU cores." if gpu_tot else ""), ""]
     if totals:
         L += [f"### Wall time on a Slurm cluster (`--profile workflow/profiles/slurm`), {cover}", "",
               f"Each run is one Slurm job (rule `train`, 1 CPU). The profile queues at most **{jobs} jobs at once**, so "
@@ -945,6 +990,83 @@ def write_md(p: dict, doc: dict, path: Path) -> None:
           "python benchmarks/suite_cost.py --resume --redo --pick fit --experiments E --methods M   # re-measure rows (fit)",
           "python benchmarks/suite_cost.py --resume --retry    # rows not yet in the JSON, and the failed ones",
           "python benchmarks/suite_cost.py --report-only       # this file from the JSON", "```", ""]
+    path.write_text("\n".join(L))
+
+
+def write_gpu_md(p: dict, doc: dict, path: Path) -> None:
+    """The GPU column (a JSON measured with --device cuda): each measured row's seconds a round on its card,
+    its peak GPU memory, its runs' GPU-hours beside the CPU core-hours of the same row (suite_cost.json)."""
+    rows = suite_rows(p)
+    cpu_doc = load_json(HERE / "suite_cost.json")
+    ref = reference_rates(cpu_doc)
+    body, gpu_h, cpu_h, cards, peaks = [], 0.0, 0.0, set(), []
+    for e, m in rows:
+        r = doc["rows"].get(f"{e}/{m}")
+        if not (r and r.get("status") == "ok"):
+            continue
+        runs = dag_runs(p, e, m)
+        tot = run_seconds(r, runs)[0]
+        c = cpu_doc["rows"].get(f"{e}/{m}")
+        c_tot = None
+        if c and c.get("status") == "ok":
+            c_tot = run_seconds(c, runs)[0] * row_floor(p, c, ref)["k"]
+            gpu_h, cpu_h = gpu_h + tot, cpu_h + c_tot
+        card = r.get("gpu_name") or "?"
+        cards.add(card)
+        peak = r.get("gpu_peak_bytes")
+        if peak:
+            peaks.append(peak)
+        fit = r.get("client_fit")
+        if r["measured_in_full"] or r["clients_measured"] == r["clients_per_round"]:
+            how = f"all {r['clients_per_round']} clients of round 2 (trained as the engine's default on the GPU does)"
+        elif fit:
+            if fit["points"][0] == fit["points"][1]:
+                how = (f"one by one: every client holds {fit['points'][0]} points, so a client costs round 2's second "
+                       f"client, {fit['s'][1]:.2f} s (the first paid one-time costs: {fit['s'][0]:.2f} s) × "
+                       f"{r['clients_per_round']} clients")
+            else:
+                how = (f"one by one: fit t = {fit['fixed_s'] * 1e3:.0f} ms + {fit['per_point_s'] * 1e3:.2f} ms/point through "
+                       f"clients of {fit['points'][0]} and {fit['points'][1]} points × {r['clients_per_round']} clients")
+        else:
+            how = f"train ×{r['scale_client']:.1f} from {r['clients_measured']} clients"
+        if r.get("burn_in"):
+            how += (f"; burn-in {r['burn_in']} of {r['rounds']} rounds at {r['burn_in_train_s_per_round']:.1f} s, "
+                    f"the rest {r['post_burn_in_train_s_per_round']:.1f} s")
+        if r["test_measured"] < r["test_size"]:
+            how += f"; eval ×{r['test_size'] / r['test_measured']:.0f} from {r['test_measured']} test points"
+        body.append(f"| {e} | {m} | {r['model']} | {r['clients_per_round']} ({r['clients_measured']}) | "
+                    f"{r['train_s_per_round']:.2f} | {r['eval_s_per_round']:.2f} | "
+                    f"{(f'{peak / 2 ** 20:,.0f}' if peak else '–')} | {runs['n']} | {r['rounds']} | {tot / 3600:,.1f} | "
+                    f"{_h(c_tot) if c_tot is not None else '–'} | "
+                    f"{(f'{c_tot / tot:,.0f}×' if c_tot and tot else '–')} | {card} ({r['measured_at'][:10]}) | {how} |")
+    n = len(body)
+    L = ["# What the params.yaml suite costs on one GPU (`benchmarks/suite_cost.py --device cuda`)", "",
+         f"Generated {_now()} from `benchmarks/{Path(doc.get('_json', 'suite_cost_gpu.json')).name}`: "
+         f"**{n} of {len(rows)}** (experiment, method) rows measured, on {', '.join(sorted(cards)) or 'no card'}; "
+         "the others are not measured (`bash benchmarks/gpu_suite_cost.sh` measures them, the heaviest CPU rows first, "
+         "and keeps the rows already here).", "",
+         f"* **The measured rows**: {gpu_h / 3600:,.1f} GPU-hours for their runs, against {cpu_h / 3600:,.0f} core-hours "
+         "of the same rows on one CPU core (suite_cost.md, at its reference rate)." if n else "* No row measured yet.",
+         "* **How a row is measured**: as the CPU column (suite_cost.md, *How each number was obtained*): 2 rounds "
+         "of the row's own configuration on stand-in data of the real size, round 2 reported, the evaluation timed "
+         "on 1,000 test points and scaled. Rows of 2026-11-30 trained two clients **one by one** (the fit needs each "
+         "client's own time; on a GPU the engine's default trains a round's clients together where the method has a "
+         "batched form, so these rows are an upper bound for such methods); rows of 2026-11-26/27 trained all of "
+         "round 2's clients. One row at a time, each in its own process, the card to itself.",
+         "* **Peak GPU memory**: `torch.cuda.max_memory_allocated` of the row's process"
+         + (f" (≤ {max(peaks) / 2 ** 30:,.1f} GiB); a card of 8 GiB holds any measured row." if peaks
+            else ": not recorded for these rows."),
+         "", "| experiment | method | model | clients/round (measured) | train s/round | eval s/round | peak GPU MiB | "
+         "runs | rounds | row total (GPU-h) | same row on CPU (core-h) | CPU/GPU | card | how |",
+         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"] + body
+    errs = [r for r in doc["rows"].values() if r.get("status") != "ok"]
+    if errs:
+        L += ["", "## Rows that failed or were skipped", ""]
+        L += [f"* {r['experiment']}/{r['method']}: {r['status']}: {r['error'][:300]}" for r in errs]
+    L += ["", "## Re-run / continue", "", "```",
+          "bash benchmarks/gpu_suite_cost.sh [SECONDS_A_ROW] [BUDGET_S]   # on the GPU machine: the next rows",
+          "python benchmarks/suite_cost.py --report-only --json benchmarks/suite_cost_gpu.json --md benchmarks/suite_cost_gpu.md",
+          "```", ""]
     path.write_text("\n".join(L))
 
 

@@ -27,6 +27,33 @@ def test_a_round_of_many_clients_is_fixed_plus_per_point_cost_not_the_tiny_clien
     assert by_points > 20 * fit["round_client_s"]
 
 
+def test_two_clients_of_one_size_cost_the_warm_ones_time_each_not_a_fit_through_one_point():
+    """On the H200 (2026-11-30) cifar100-pachinko-k500's clients all hold 100 points: the 'fit' through
+    (100, 10.7 s) and (100, 5.0 s) gave a = 5.7 s fixed + b = 50 ms a point, a 20-client round 215 s.
+    With one size there is no line to fit; round 2's first client still paid one-time costs (the first
+    post-burn-in step), so the round is clients × the second client's time: 20 × 5.0 s."""
+    fit = suite_cost.fit_clients([100, 100], [10.73, 4.99], 20, 2_000)
+    assert fit["round_client_s"] == pytest.approx(20 * 4.99)
+    assert fit["fixed_s"] == 0 and fit["per_point_s"] == pytest.approx(4.99 / 100)
+
+
+def test_a_row_refitted_from_its_raw_timings_gets_the_burn_in_weighted_mean_again():
+    """suite_cost.refit recomputes a row's training seconds from what the JSON keeps (round 2's client
+    times, the server step, round 1 for a burn-in): unchanged for a well-posed fit, corrected for one size."""
+    row = {"client_fit": {"points": [100, 100], "full_sizes": [100, 100]}, "client_update_s_each": [0.5, 0.3, 10.0, 5.0],
+           "clients_measured": 2, "clients_per_round": 20, "points_per_round": 2_000.0, "points_measured": 200, "round2_client_s": 15.0,
+           "round2_other_s": 0.01, "scale_other": 10.0, "rounds": 1500, "burn_in": 400,
+           "burn_in_client_s": 0.8, "burn_in_other_s": 0.02}
+    out = suite_cost.refit(dict(row))
+    post, burn = 20 * 5.0 + 0.1, 20 * 0.3 + 0.2     # round 1 (FedAvg-M) of the same clients: its own second client
+    assert out["post_burn_in_train_s_per_round"] == pytest.approx(post)
+    assert out["train_s_per_round"] == pytest.approx((400 * burn + 1100 * post) / 1500)
+    a, b = 0.5, 0.01
+    fine = {**row, "client_fit": {"points": [1, 128], "full_sizes": [1, 2_500]}, "burn_in": None,
+            "client_update_s_each": [0.0, 0.0, a + b, a + 128 * b], "round2_client_s": 2 * a + 129 * b}
+    assert suite_cost.refit(dict(fine))["train_s_per_round"] == pytest.approx(20 * a + b * 2_000 + 0.1)
+
+
 def test_split_macs_counts_linear_conv_and_the_first_layer():
     # lenet5 on 1×28×28: conv5×5(6) → 24×24×6 outputs of 25 MACs; pool → 12×12; conv5×5(16) → 8×8×16 outputs
     # of 6·25 MACs; pool → 4×4×16 = 256 → 120 → 84 → 10
