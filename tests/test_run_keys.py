@@ -37,7 +37,8 @@ def test_every_committed_run_keeps_its_configuration_byte_for_byte():
     planned = planned_runs(p)
     checked, differ = 0, []
     for f in sorted((REPO / "results/runs").glob("*/*/*/seed*/run.json")):
-        c = json.loads(f.read_text())["config"]
+        info = json.loads(f.read_text())
+        c = info["config"]
         key = (c["experiment"], c["method"], c["point"], c["seed"])
         if key not in planned:
             continue
@@ -61,7 +62,8 @@ def test_every_committed_run_is_its_run_spec_in_the_resolved_study():
     planned = planned_runs(study.params)
     checked, differ = 0, []
     for f in sorted((REPO / "results/runs").glob("*/*/*/seed*/run.json")):
-        c = json.loads(f.read_text())["config"]
+        info = json.loads(f.read_text())
+        c = info["config"]
         if (c["experiment"], c["method"], c["point"], c["seed"]) not in planned:
             continue
         run = study.run(c["experiment"], c["method"], c["seed"], c["point"])
@@ -75,6 +77,10 @@ def test_every_committed_run_is_its_run_spec_in_the_resolved_study():
         if json.dumps(trained.record, sort_keys=True) != json.dumps(c, sort_keys=True) or list(trained.record) != list(c) \
                 or trained.hash != config_hash(c):
             differ.append(f"{f.relative_to(REPO)} (record)")
+        # … and the hash the run files carry is that one (five runs once said "ood": a text replacement's slip)
+        stored = {info["config_hash"], json.loads((f.parent / "metrics.json").read_text())["config_hash"]}
+        if stored != {trained.hash}:
+            differ.append(f"{f.relative_to(REPO)} (config_hash {sorted(stored)} is not {trained.hash})")
     assert checked >= 150 and not differ, (checked, differ)
 
 
