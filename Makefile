@@ -54,7 +54,7 @@ mlflow: setup
 dvc.yaml:
 	python3 workflow/dvc_stages.py
 
-# the same DAG shrunk: 3 min 55 s measured in a fresh clone (--cores 1, quiet: 149 jobs); its outputs live under reports/smoke/ (and results/runs/smoke/,
+# the same DAG shrunk: 3 min 55 s measured in a fresh clone (--cores 1, no other load: 149 jobs); its outputs live under reports/smoke/ (and results/runs/smoke/,
 # data/partitions/smoke/, work/smoke/), git-ignored: it never writes over the paper-scale files
 smoke: setup
 	snakemake --cores all reports/smoke/table1.csv reports/smoke/metrics --config scale=smoke $(QUIET)
