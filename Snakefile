@@ -10,6 +10,7 @@ from snakemake.utils import min_version, update_config
 
 from fedbayes.study import ConfigError, as_read, check_implementations, load_params_text, validate
 from fedbayes.study.memo import share_for_good
+from fedbayes.workflow.scheduler import one_pending_reevaluation
 from fedbayes.fileio import load_yaml
 from fedbayes.frontdoor import check_device, environment_problems
 from fedbayes.cli.warm import start as start_warm, stop as stop_warm
@@ -58,6 +59,7 @@ except ConfigError as e:
 # config is not edited from here on: each experiment, overlay and method block is resolved once for the
 # whole planning (the input functions ask for them thousands of times, again after each checkpoint).
 share_for_good()
+one_pending_reevaluation()   # Snakemake's scheduler: one pending wake-up, not one per pass (fedbayes.workflow.scheduler)
 
 
 # Warm jobs (fedbayes.cli.warm): where the jobs run on this machine, one process keeps PyTorch imported and
