@@ -1054,8 +1054,8 @@ def write_gpu_md(p: dict, doc: dict, path: Path) -> None:
          "batched form, so these rows are an upper bound for such methods); rows of 2026-11-26/27 trained all of "
          "round 2's clients. One row at a time, each in its own process, the card to itself.",
          "* **Peak GPU memory**: `torch.cuda.max_memory_allocated` of the row's process"
-         + (f" (≤ {max(peaks) / 2 ** 30:,.1f} GiB); a card of 8 GiB holds any measured row." if peaks
-            else ": not recorded for these rows."),
+         + (f": ≤ {max(peaks) / 2 ** 30:,.1f} GiB in the {len(peaks)} rows that recorded it (the rows of 2026-11-26/27 "
+            "did not)." if peaks else ": not recorded for these rows."),
          "", "| experiment | method | model | clients/round (measured) | train s/round | eval s/round | peak GPU MiB | "
          "runs | rounds | row total (GPU-h) | same row on CPU (core-h) | CPU/GPU | card | how |",
          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"] + body
