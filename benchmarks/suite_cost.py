@@ -217,7 +217,7 @@ def derive_train(r: dict) -> dict:
         line = fit_clients(fit["points"], r["client_update_s_each"][-2:], r["clients_per_round"], r["points_per_round"])
         r["client_fit"] = {**line, "full_sizes": fit["full_sizes"]}
         k_pts = line["round_client_s"] / client_s if client_s > 0 else k_pts   # the fit as a factor on round 2's time
-    train_s = client_s * k_pts + r["round2_other_s"] * r["scale_other"]
+    client, other = client_s * k_pts, r["round2_other_s"] * r["scale_other"]   # a round 2 (post-burn-in) round
     r["scale_client"] = k_pts
     if r.get("burn_in"):
         b, R = r["burn_in"], r["rounds"]
@@ -225,12 +225,9 @@ def derive_train(r: dict) -> dict:
         burn_client = fit_clients(fit["points"], r["client_update_s_each"][:2], r["clients_per_round"],
                                   r["points_per_round"])["round_client_s"] if fit else r["burn_in_client_s"] * k_pts
         burn_other = r["burn_in_other_s"] * r["scale_other"]
-        r.update(burn_in_train_s_per_round=burn_client + burn_other, post_burn_in_train_s_per_round=train_s)
+        r.update(burn_in_train_s_per_round=burn_client + burn_other, post_burn_in_train_s_per_round=client + other)
         # the run's mean training s/round: burn_in rounds of FedAvg-M, the rest EP / FedPA
-        client = (b * burn_client + (R - b) * client_s * k_pts) / R
-        other = (b * burn_other + (R - b) * r["round2_other_s"] * r["scale_other"]) / R
-    else:
-        client, other = client_s * k_pts, r["round2_other_s"] * r["scale_other"]
+        client, other = (b * burn_client + (R - b) * client) / R, (b * burn_other + (R - b) * other) / R
     r.update(client_s_per_round=client, other_s_per_round=other, train_s_per_round=client + other)
     return r
 
@@ -1041,7 +1038,7 @@ def write_gpu_md(p: dict, doc: dict, path: Path) -> None:
                     f"{(f'{c_tot / tot:,.0f}×' if c_tot and tot else '–')} | {card} ({r['measured_at'][:10]}) | {how} |")
     n = len(body)
     L = ["# What the params.yaml suite costs on one GPU (`benchmarks/suite_cost.py --device cuda`)", "",
-         f"Generated {_now()} from `benchmarks/{Path(doc.get('_json', 'suite_cost_gpu.json')).name}`: "
+         f"Generated {_now()} from `benchmarks/{path.with_suffix('.json').name}`: "
          f"**{n} of {len(rows)}** (experiment, method) rows measured, on {', '.join(sorted(cards)) or 'no card'}; "
          "the others are not measured (`bash benchmarks/gpu_suite_cost.sh` measures them, the heaviest CPU rows first, "
          "and keeps the rows already here).", "",
