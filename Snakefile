@@ -1,7 +1,7 @@
 # fedbayes — the DAG: data → partition → train → evaluate → MLflow → tables.
 #   snakemake --cores all reports/table1.csv                 # paper scale
 #   snakemake --cores all reports/smoke/table1.csv --config scale=smoke   # 3 min 55 s measured in a fresh
-#       clone (--cores 1, quiet; with reports/smoke/metrics); smoke outputs live under reports/smoke/ etc.
+#       clone (--cores 1, no other load; with reports/smoke/metrics); smoke outputs live under reports/smoke/ etc.
 # params.yaml is validated (JSON schema + semantic checks) before any job starts.
 
 import sys

@@ -37,8 +37,7 @@ def test_every_committed_run_keeps_its_configuration_byte_for_byte():
     planned = planned_runs(p)
     checked, differ = 0, []
     for f in sorted((REPO / "results/runs").glob("*/*/*/seed*/run.json")):
-        info = json.loads(f.read_text())
-        c = info["config"]
+        c = json.loads(f.read_text())["config"]
         key = (c["experiment"], c["method"], c["point"], c["seed"])
         if key not in planned:
             continue
