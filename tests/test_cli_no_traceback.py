@@ -129,6 +129,8 @@ ENV_CASES = {
     "FEDBAYES_DATA_MIRRORS": (":/nonexistent::{dir}", ["data", "mnist", "--no-download"], 2),
     "FEDBAYES_OFFLINE": ("garbage", ["data", "mnist"], 2),
     "FEDBAYES_VERIFIED_CACHE": ("{dir}", ["methods"], 0),
+    "FEDBAYES_DECOMPRESSED_CACHE": ("/nonexistent/cache", ["methods"], 0),   # read by training jobs (test_data.py)
+    "FEDBAYES_IMPORTS_CACHE": ("{dir}", ["methods"], 0),   # read by Snakemake's planning (test_workflow_plan.py)
     "XDG_CACHE_HOME": ("/nonexistent/cache", ["methods"], 0),
     "ATEN_CPU_CAPABILITY": ("garbage", ["methods"], 0),
     "ONEDNN_MAX_CPU_ISA": ("garbage", ["methods"], 0),

@@ -123,8 +123,12 @@ def test_shared_for_good_each_resolution_is_computed_once_and_each_caller_gets_a
     memo.share_for_good()
     a = experiment_config(p, e)
     a["rounds"] = -1
+    nested = next(k for k, v in a.items() if isinstance(v, dict) and v)   # a copy all the way down
+    a[nested].clear()
+    listed = next(k for k, v in a.items() if isinstance(v, list) and v)
+    a[listed].append("edited")
     b = experiment_config(p, e)
-    assert len(calls) == 1 and b["rounds"] != -1 and b == real(p, e)
+    assert len(calls) == 1 and b["rounds"] != -1 and b[nested] and "edited" not in b[listed] and b == real(p, e)
 
 
 def test_validation_resolves_each_experiment_once_a_scale(monkeypatch):

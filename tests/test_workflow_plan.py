@@ -42,6 +42,85 @@ def test_a_rules_code_follows_its_imports_function_level_ones_included(tmp_path)
         codes.closure(["pk.nope"], pkg)
 
 
+@pytest.fixture
+def imports_cache(tmp_path, monkeypatch):
+    """The import graph read afresh, its cache in ``tmp_path``: the cache file's path."""
+    path = tmp_path / "cache" / "imports.json"
+    monkeypatch.setenv(codes.IMPORTS_CACHE_ENV, str(path))
+    monkeypatch.setattr(codes, "_CACHE", codes._ImportsCache())
+
+    def fresh():
+        for f in (codes._modules, codes._imports, codes._closure):
+            f.cache_clear()
+    fresh()
+    yield path
+    fresh()
+
+
+def _small_package(tmp_path):
+    pkg = tmp_path / "pk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text('"""from pk import c: a docstring, not an import"""\n')
+    (pkg / "c.py").write_text("")
+    return pkg
+
+
+def test_the_import_graph_is_parsed_once_and_then_read_from_the_cache(imports_cache, tmp_path, monkeypatch):
+    """Every Snakemake command (dry runs too) read the import graph by parsing about 90 modules, ≈ 0.4 s:
+    what a module imports is now remembered by its text's hash, and a second process parses nothing."""
+    pkg = _small_package(tmp_path)
+    first = codes.closure(["pk.a"], pkg)
+    assert {f.name for f in first} == {"__init__.py", "a.py", "b.py"}
+    assert len(json.loads(imports_cache.read_text())) == 3
+    # a new process: the cache read from its file, no module parsed
+    for f in (codes._modules, codes._imports, codes._closure):
+        f.cache_clear()
+    monkeypatch.setattr(codes, "_CACHE", codes._ImportsCache())
+    monkeypatch.setattr(codes, "imported_names", lambda *a: pytest.fail(f"parsed {a[1]} again"))
+    assert codes.closure(["pk.a"], pkg) == first
+
+
+def test_an_edited_module_is_parsed_again_and_a_damaged_cache_is_ignored(imports_cache, tmp_path):
+    pkg = _small_package(tmp_path)
+    assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py"}
+    (pkg / "b.py").write_text("from pk import c\n")   # its text changes, and so its key
+    for f in (codes._modules, codes._imports, codes._closure):
+        f.cache_clear()
+    assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
+    # garbage, or entries of the wrong shape: parsed as if there were no cache, and the file rewritten
+    imports_cache.mkdir(parents=True, exist_ok=True)   # a folder where the file belongs: parsed, nothing left beside it
+    (imports_cache / "x").write_text("")
+    for f in (codes._modules, codes._imports, codes._closure):
+        f.cache_clear()
+    codes._CACHE = codes._ImportsCache()
+    assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
+    assert sorted(p.name for p in imports_cache.parent.iterdir()) == ["imports.json"]
+    (imports_cache / "x").unlink()
+    imports_cache.rmdir()
+    for damaged in ("{not json", '{"pk.a 0 x": "not a list"}', "[1, 2]"):
+        imports_cache.write_text(damaged)
+        for f in (codes._modules, codes._imports, codes._closure):
+            f.cache_clear()
+        codes._CACHE = codes._ImportsCache()
+        assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
+        assert all(isinstance(v, list) for v in json.loads(imports_cache.read_text()).values())
+
+
+def test_the_cached_import_graph_is_the_parsed_one_for_every_module(imports_cache):
+    """Each rule's code (and so its hash, a param of its jobs) is the same read from the cache as parsed."""
+    parsed = {r: codes.rule_code(*codes.RULE_CODE[r]) for r in codes.RULE_CODE}
+    modules = codes.module_files()
+    assert len(json.loads(imports_cache.read_text())) >= len({f for fs in parsed.values() for f in fs if f.endswith(".py")})
+    for f in (codes._modules, codes._imports, codes._closure):
+        f.cache_clear()
+    codes._CACHE = codes._ImportsCache()
+    assert {r: codes.rule_code(*codes.RULE_CODE[r]) for r in codes.RULE_CODE} == parsed
+    for name, path in modules.items():
+        assert codes._CACHE.names(path, name) == codes.imported_names(path.read_text(), name, path.name == "__init__.py")
+
+
 def test_the_code_lists_hold_the_real_imports():
     """The hand-written lists missed imports: the evaluate rule's code held eval/ but not runfiles.py or
     fileio.py, which evaluate.py imports; the table's missed the configuration and rerun modules."""

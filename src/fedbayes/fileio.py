@@ -107,6 +107,12 @@ def load_yaml(text: str):
 _LOADER = None
 
 
+def user_cache_dir() -> Path:
+    """fedbayes' folder in the user's cache (``$XDG_CACHE_HOME/fedbayes``, else ``~/.cache/fedbayes``):
+    what is remembered across processes and clones to save time, never needed for a result."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedbayes"
+
+
 def temp_path(path: str | Path, keep_suffix: bool = False) -> Path:
     """A temporary name beside ``path`` that no other process uses (its pid in the name), so two writers
     of one file never write into the same temporary file: ``<name>.<pid>.tmp``, or with ``keep_suffix``

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from . import sources as src
-from .idx import parse_idx, read_bytes
+from .idx import parse_idx
 from .sources import DataIntegrityError, DataUnavailableError, FileSpec
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def load_idx_set(spec: DatasetSpec, d: Path) -> Arrays:
     arr = {}
     for role in ("x_train", "y_train", "x_test", "y_test"):
         f = spec.file(role)
-        arr[role] = parse_idx(read_bytes(d / f.name), str(d / f.name))
+        arr[role] = parse_idx(src.read_content(d / f.name, f), str(d / f.name))
     for role in ("x_train", "x_test"):
         if arr[role].ndim != 3 or arr[role].dtype != np.uint8:
             raise DataIntegrityError(f"{spec.name}/{role}: expected uint8 (N, H, W), got "

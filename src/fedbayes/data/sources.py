@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from fedbayes.fileio import user_cache_dir
+
+from .idx import read_bytes
+
 log = logging.getLogger(__name__)
 
 MIRRORS_ENV = "FEDBAYES_DATA_MIRRORS"
@@ -67,11 +71,28 @@ class FileSpec:
 
 
 # ----------------------------------------------------------------- checksums
+_MD5S: dict[tuple, str] = {}   # this process's file checksums, by the file's identity and state
+
+
+def _identity(path: Path | str) -> tuple:
+    """A file as the kernel sees it now: any write changes its ctime (which no one can set back), a
+    replacement its inode."""
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def md5_file(path: Path | str) -> str:
+    """The md5 of ``path``'s bytes; a file unchanged since this process hashed it is not read again (a
+    training job verifies each raw file when it fetches, describes and loads its dataset: three reads)."""
+    key = _identity(path)
+    if key in _MD5S:
+        return _MD5S[key]
     h = hashlib.md5()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
             h.update(chunk)
+    if _identity(path) == key:   # not changed while it was read
+        _MD5S[key] = h.hexdigest()
     return h.hexdigest()
 
 
@@ -95,7 +116,7 @@ def _gz_memo_path() -> Path:
     directories, which are DVC outputs)."""
     if os.environ.get(GZ_MEMO_ENV):
         return Path(os.environ[GZ_MEMO_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedbayes" / "verified-gz.json"
+    return user_cache_dir() / "verified-gz.json"
 
 
 def _memo_key() -> bytes | None:
@@ -161,6 +182,47 @@ def _gz_memo_add(file_md5: str, content_md5: str) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+DECOMPRESSED_ENV = "FEDBAYES_DECOMPRESSED_CACHE"
+
+
+def _decompressed_path(content_md5: str) -> Path:
+    base = Path(os.environ[DECOMPRESSED_ENV]) if os.environ.get(DECOMPRESSED_ENV) else user_cache_dir() / "decompressed"
+    return base / content_md5
+
+
+def read_content(path: Path | str, spec: FileSpec) -> bytes:
+    """The bytes of the raw file ``path`` (of ``spec``), decompressed if gzip.
+
+    Decompressing Fashion-MNIST's training images costs ≈ 0.5 s in every job that reads them. A gzip file
+    whose bytes are verified to decompress to ``spec.content_md5`` (the official archive's md5, or the
+    remembered pair of a repackaged one) takes its content from the user's cache (``decompressed/<content
+    md5>`` in ``$XDG_CACHE_HOME/fedbayes``, or ``$FEDBAYES_DECOMPRESSED_CACHE``), used only when its own md5
+    is that content md5 (a damaged cache file is decompressed again and replaced). Any other file is read
+    as it is."""
+    if not (spec.is_gz and spec.content_md5):
+        return read_bytes(path)
+    got = md5_file(path)
+    if got != spec.md5 and _gz_memo().get(got) != spec.content_md5:
+        return read_bytes(path)
+    cached = _decompressed_path(spec.content_md5)
+    try:
+        data = cached.read_bytes()
+        if hashlib.md5(data).hexdigest() == spec.content_md5:
+            return data
+    except OSError:
+        pass
+    data = read_bytes(path)
+    if hashlib.md5(data).hexdigest() == spec.content_md5:
+        tmp = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+        try:   # best effort: an unwritable cache costs a decompression next time
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, cached)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    return data
 
 
 def check_file(path: Path | str, spec: FileSpec, expected_md5: str | None = None) -> str | None:

@@ -1,17 +1,25 @@
 """The package sources a rule runs, read from the import graph of its entry modules (every ``import`` of a
 fedbayes module, at module level or inside a function), and their content hash: a rule's ``code`` input
 and param, so that an edit of code the rule runs reruns it (Snakemake's own code trigger sees only the
-shell command)."""
+shell command).
+
+Reading the import graph parses every module (≈ 0.4 s, in every Snakemake command, dry runs included). What a
+module imports is a fact about its text, so it is remembered per (module name, SHA-256 of its source) in the
+user's cache (``imports.json`` in ``$XDG_CACHE_HOME/fedbayes``, or ``$FEDBAYES_IMPORTS_CACHE``): an edited
+file has another hash and is parsed again, and a cache that cannot be read or written only costs the parse."""
 
 from __future__ import annotations
 
 import ast
 import functools
 import hashlib
+import json
+import os
 from pathlib import Path
 
 import fedbayes
 from fedbayes.data import DATASETS
+from fedbayes.fileio import user_cache_dir
 
 ROOT = Path(fedbayes.__file__).parent
 
@@ -42,25 +50,88 @@ def _statements(body):
                 yield from _statements(inner)
 
 
-def imports_of(path: Path, name: str, modules: dict) -> set[str]:
-    """The package modules the module ``name`` (file ``path``) imports, wherever the statement is; a
-    relative import resolved against its package; each name resolved to the longest existing module."""
-    tree = ast.parse(path.read_text())
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in _statements(tree.body):
+def imported_names(text: str, name: str, is_package: bool) -> list[str]:
+    """Every dotted name the source ``text`` of module ``name`` imports, wherever the statement is (``from a
+    import b`` gives ``a.b`` and ``a``; a relative import resolved against its package), in order."""
+    package = name if is_package else name.rpartition(".")[0]
+    out = []
+    for node in _statements(ast.parse(text).body):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 up = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([node.module] if node.module else []))
-            names = [f"{base}.{a.name}" for a in node.names] + [base]
-        else:
-            continue
-        found |= {t for n in names if (t := _longest(n, modules)) and t != name}
-    return found
+            out += [f"{base}.{a.name}" for a in node.names] + [base]
+    return out
+
+
+def imports_of(path: Path, name: str, modules: dict) -> set[str]:
+    """The package modules the module ``name`` (file ``path``) imports, wherever the statement is; a
+    relative import resolved against its package; each name resolved to the longest existing module."""
+    return {t for n in _imported_names(path, name) if (t := _longest(n, modules)) and t != name}
+
+
+IMPORTS_CACHE_ENV = "FEDBAYES_IMPORTS_CACHE"
+CACHE_ENTRIES = 4000   # the most remembered modules (≈ 170 a version of the package); the oldest go first
+
+
+def imports_cache_path() -> Path:
+    if os.environ.get(IMPORTS_CACHE_ENV):
+        return Path(os.environ[IMPORTS_CACHE_ENV])
+    return user_cache_dir() / "imports.json"
+
+
+class _ImportsCache:
+    """(module name, is a package, source SHA-256) → ``imported_names``, read once a process and written back
+    (atomically, whole) when this process parsed a module it did not hold."""
+
+    def __init__(self):
+        self.entries: dict[str, list[str]] | None = None
+        self.added = False
+
+    def _load(self) -> dict[str, list[str]]:
+        if self.entries is None:
+            try:
+                raw = json.loads(imports_cache_path().read_text())
+            except (OSError, ValueError):
+                raw = {}
+            self.entries = {k: v for k, v in (raw.items() if isinstance(raw, dict) else ())
+                            if isinstance(v, list) and all(isinstance(n, str) for n in v)}
+        return self.entries
+
+    def names(self, path: Path, name: str) -> list[str]:
+        data = path.read_bytes()
+        is_package = path.name == "__init__.py"
+        key = f"{name} {int(is_package)} {hashlib.sha256(data).hexdigest()}"
+        entries = self._load()
+        if key not in entries:
+            entries[key] = imported_names(data.decode(), name, is_package)
+            self.added = True
+        return entries[key]
+
+    def save(self) -> None:
+        """Best effort: an unwritable cache costs a parse next time."""
+        if not self.added:
+            return
+        entries = dict(list(self.entries.items())[-CACHE_ENTRIES:])
+        path = imports_cache_path()
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(entries))
+            os.replace(tmp, path)
+            self.added = False
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+_CACHE = _ImportsCache()
+
+
+def _imported_names(path: Path, name: str) -> list[str]:
+    return _CACHE.names(path, name)
 
 
 def closure(entries, root: Path = ROOT) -> list[Path]:
@@ -94,6 +165,7 @@ def _closure(entries: tuple[str, ...], root: str) -> tuple[str, ...]:
         seen.add(m)
         parents = [".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)]
         todo += [p for p in parents if p in modules] + sorted(_imports(root, m))
+    _CACHE.save()
     return tuple(sorted(str(modules[m]) for m in seen))
 
 
