@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dagutil import copy_repo, require_fmnist, sh
-from test_scaleout import EXP, narrow_table1
+from dagutil import sh
+from test_scaleout import EXP, narrow_built
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]   # runs the DAG: make test-all
 
@@ -63,8 +63,7 @@ def planned(d: Path) -> str:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, repo):
-    require_fmnist(pytest)
-    d = copy_repo(repo, tmp_path_factory.mktemp("recovery"), narrow_table1)
+    d = narrow_built(tmp_path_factory, repo)   # shared with tests/test_scaleout.py
     sh(f"snakemake --cores 2 {TARGET} mlflow_table1", d)
     return d
 

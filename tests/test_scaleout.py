@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from dagutil import copy_repo, mlflow_server, require_fmnist, sh
+from dagutil import built_copy, mlflow_server, require_fmnist, sh
 from fedbayes.tracking.content import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.full]   # runs the DAG: make test-all
@@ -20,17 +20,27 @@ def narrow_table1(p: dict) -> None:
     p["experiments"][EXP]["methods"] = {"fedavg": p["experiments"][EXP]["methods"]["fedavg"]}
 
 
+# the narrow table and its sweep report built, nothing imported into MLflow yet: one build for this file and
+# tests/test_recovery.py (dagutil.built_copy), each of which then imports the runs into its own store
+NARROW_BUILD = f"snakemake --cores 2 reports/smoke/table1.csv reports/smoke/sweeps/{EXP}.csv"
+
+
+def narrow_built(tmp_path_factory, repo):
+    require_fmnist(pytest)
+    return built_copy(tmp_path_factory, repo, "narrow-table1", narrow_table1, "smoke", NARROW_BUILD)
+
+
 @pytest.fixture
 def tracking_server(tmp_path):
     with mlflow_server(tmp_path) as url:
         yield url, tmp_path
 
 
-def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path, repo, tracking_server):
-    require_fmnist(pytest)
+def test_smoke_dag_logs_every_run_to_a_tracking_server(tmp_path_factory, repo, tracking_server):
     url, server_dir = tracking_server
-    d = copy_repo(repo, tmp_path / "repo", narrow_table1)
-    sh(f"snakemake --cores 2 reports/smoke/table1.csv reports/smoke/sweeps/{EXP}.csv mlflow_table1", d, MLFLOW_TRACKING_URI=url)
+    d = narrow_built(tmp_path_factory, repo)
+    out = sh(f"snakemake --cores 2 reports/smoke/table1.csv reports/smoke/sweeps/{EXP}.csv mlflow_table1", d, MLFLOW_TRACKING_URI=url)
+    assert "rule mlflow_table1:" in out and "rule train:" not in out   # the import alone, of the built runs
     assert not (d / "mlflow.db").exists()  # nothing went to the local store
 
     from mlflow.tracking import MlflowClient
