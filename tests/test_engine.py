@@ -138,6 +138,26 @@ def test_resume_after_kill_gives_same_history(tmp_path, synthetic_run_data, cfg_
     assert len(resumed) == len(full)
 
 
+def test_a_kill_while_a_rounds_predictions_were_written_leaves_a_run_that_resumes(tmp_path, synthetic_run_data, cfg_factory):
+    """A SIGKILL while a round's predictions were being written leaves their temporary file
+    (``00003.<pid>.tmp.npz``) beside the kept rounds: the resumed run failed at its end on that name
+    (ValueError: invalid literal for int(), seen in CI's kill test). It is now not a round: the run resumes
+    to the uninterrupted run's numbers and leaves no such file."""
+    from fedbayes.engine.loop import ROUNDS_DIR
+
+    cfg = cfg_factory()
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, tmp_path / "full", torch.device("cpu"), log=quiet)
+    out = tmp_path / "killed"
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, out, torch.device("cpu"), log=quiet, stop_after=2)
+    (out / ROUNDS_DIR / "00003.4242.tmp.npz").write_bytes(b"PK\x03\x04 cut short")
+    run_federated(RunSpec.from_config(cfg), synthetic_run_data, out, torch.device("cpu"), log=quiet)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "full" / "history.csv")[["round"] + METRIC_COLS],
+                                  pd.read_csv(out / "history.csv")[["round"] + METRIC_COLS])
+    np.testing.assert_array_equal(np.load(tmp_path / "full" / "predictions.npz")["test_logp"],
+                                  np.load(out / "predictions.npz")["test_logp"])
+    assert not (out / ROUNDS_DIR).exists()
+
+
 def test_checkpoint_of_other_config_is_ignored(tmp_path, synthetic_run_data, cfg_factory):
     run_federated(RunSpec.from_config(cfg_factory()), synthetic_run_data, tmp_path, torch.device("cpu"), log=quiet, stop_after=2)
     logs = []

@@ -90,7 +90,8 @@ def test_an_edited_module_is_parsed_again_and_a_damaged_cache_is_ignored(imports
         f.cache_clear()
     assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
     # garbage, or entries of the wrong shape: parsed as if there were no cache, and the file rewritten
-    imports_cache.mkdir(parents=True, exist_ok=True)   # a folder where the file belongs: parsed, nothing left beside it
+    imports_cache.unlink()
+    imports_cache.mkdir()   # a folder where the file belongs: parsed, nothing left beside it
     (imports_cache / "x").write_text("")
     for f in (codes._modules, codes._imports, codes._closure):
         f.cache_clear()

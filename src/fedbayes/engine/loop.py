@@ -448,7 +448,9 @@ def _write_outputs(out: Path, cfg, key, history, server, data: RunData, device, 
     # row per kept round; a variant not evaluated at a kept round (``mc_every``, ``mc_window: false``) is
     # NaN there, which evaluate_run skips
     last = history[-1]["round"]
-    files = {int(f.stem): f for f in (out / ROUNDS_DIR).glob("*.npz")} if (out / ROUNDS_DIR).is_dir() else {}
+    # a round's file is <round>.npz; a temporary one (<round>.<pid>.tmp.npz) is what a process killed while it
+    # wrote that round left behind, and that round was written again after the resume
+    files = {int(f.stem): f for f in (out / ROUNDS_DIR).glob("*.npz") if f.stem.isdigit()} if (out / ROUNDS_DIR).is_dir() else {}
     rounds = sorted(r for r in files if r <= last)
     arrays = {"rounds": np.array(rounds, dtype=np.int64), "y_test": data.y_test.cpu().numpy()}
     kept = {}
