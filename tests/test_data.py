@@ -268,8 +268,6 @@ def test_verified_gzip_content_comes_from_the_cache_and_only_for_its_own_bytes(t
     """Decompressing Fashion-MNIST cost every job ≈ 0.5 s: the content of a gzip file verified to be the
     official one is kept in the user's cache. The cache never stands in for other bytes: a damaged archive
     reads as itself, and a damaged cache file is decompressed again and replaced."""
-    from fedbayes.data import idx
-
     official, arrays, raw = tiny
     cache = tmp_path / "decompressed"
     monkeypatch.setenv(sources.DECOMPRESSED_ENV, str(cache))
@@ -279,7 +277,7 @@ def test_verified_gzip_content_comes_from_the_cache_and_only_for_its_own_bytes(t
     a = load("tiny", root=root)
     assert sorted(p.name for p in cache.iterdir()) == sorted(f.content_md5 for f in DATASETS["tiny"].files)
     with monkeypatch.context() as m:
-        m.setattr(idx, "read_bytes", lambda p: pytest.fail(f"{p} decompressed although its content is cached"))
+        m.setattr(sources, "read_bytes", lambda p: pytest.fail(f"{p} decompressed although its content is cached"))
         b = load("tiny", root=root)
     np.testing.assert_array_equal(a.x_train, b.x_train)
     np.testing.assert_array_equal(b.x_train, arrays["x_train"])
