@@ -42,19 +42,24 @@ def test_a_rules_code_follows_its_imports_function_level_ones_included(tmp_path)
         codes.closure(["pk.nope"], pkg)
 
 
+def _afresh(new_process: bool = True) -> None:
+    """The import graph read again: this process's caches cleared, and (``new_process``) the cache file read
+    anew, as another Snakemake command would."""
+    for f in (codes._modules, codes._imports, codes._closure):
+        f.cache_clear()
+    if new_process:
+        codes._CACHE = codes._ImportsCache()
+
+
 @pytest.fixture
 def imports_cache(tmp_path, monkeypatch):
     """The import graph read afresh, its cache in ``tmp_path``: the cache file's path."""
     path = tmp_path / "cache" / "imports.json"
     monkeypatch.setenv(codes.IMPORTS_CACHE_ENV, str(path))
-    monkeypatch.setattr(codes, "_CACHE", codes._ImportsCache())
-
-    def fresh():
-        for f in (codes._modules, codes._imports, codes._closure):
-            f.cache_clear()
-    fresh()
+    monkeypatch.setattr(codes, "_CACHE", codes._ImportsCache())   # the module's own, put back after the test
+    _afresh(new_process=False)
     yield path
-    fresh()
+    _afresh(new_process=False)
 
 
 def _small_package(tmp_path):
@@ -75,9 +80,7 @@ def test_the_import_graph_is_parsed_once_and_then_read_from_the_cache(imports_ca
     assert {f.name for f in first} == {"__init__.py", "a.py", "b.py"}
     assert len(json.loads(imports_cache.read_text())) == 3
     # a new process: the cache read from its file, no module parsed
-    for f in (codes._modules, codes._imports, codes._closure):
-        f.cache_clear()
-    monkeypatch.setattr(codes, "_CACHE", codes._ImportsCache())
+    _afresh()
     monkeypatch.setattr(codes, "imported_names", lambda *a: pytest.fail(f"parsed {a[1]} again"))
     assert codes.closure(["pk.a"], pkg) == first
 
@@ -86,25 +89,20 @@ def test_an_edited_module_is_parsed_again_and_a_damaged_cache_is_ignored(imports
     pkg = _small_package(tmp_path)
     assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py"}
     (pkg / "b.py").write_text("from pk import c\n")   # its text changes, and so its key
-    for f in (codes._modules, codes._imports, codes._closure):
-        f.cache_clear()
+    _afresh(new_process=False)
     assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
     # garbage, or entries of the wrong shape: parsed as if there were no cache, and the file rewritten
     imports_cache.unlink()
     imports_cache.mkdir()   # a folder where the file belongs: parsed, nothing left beside it
     (imports_cache / "x").write_text("")
-    for f in (codes._modules, codes._imports, codes._closure):
-        f.cache_clear()
-    codes._CACHE = codes._ImportsCache()
+    _afresh()
     assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
     assert sorted(p.name for p in imports_cache.parent.iterdir()) == ["imports.json"]
     (imports_cache / "x").unlink()
     imports_cache.rmdir()
     for damaged in ("{not json", '{"pk.a 0 x": "not a list"}', "[1, 2]"):
         imports_cache.write_text(damaged)
-        for f in (codes._modules, codes._imports, codes._closure):
-            f.cache_clear()
-        codes._CACHE = codes._ImportsCache()
+        _afresh()
         assert {f.name for f in codes.closure(["pk.a"], pkg)} == {"__init__.py", "a.py", "b.py", "c.py"}
         assert all(isinstance(v, list) for v in json.loads(imports_cache.read_text()).values())
 
@@ -114,9 +112,7 @@ def test_the_cached_import_graph_is_the_parsed_one_for_every_module(imports_cach
     parsed = {r: codes.rule_code(*codes.RULE_CODE[r]) for r in codes.RULE_CODE}
     modules = codes.module_files()
     assert len(json.loads(imports_cache.read_text())) >= len({f for fs in parsed.values() for f in fs if f.endswith(".py")})
-    for f in (codes._modules, codes._imports, codes._closure):
-        f.cache_clear()
-    codes._CACHE = codes._ImportsCache()
+    _afresh()
     assert {r: codes.rule_code(*codes.RULE_CODE[r]) for r in codes.RULE_CODE} == parsed
     for name, path in modules.items():
         assert codes._CACHE.names(path, name) == codes.imported_names(path.read_text(), name, path.name == "__init__.py")

@@ -196,15 +196,12 @@ def read_content(path: Path | str, spec: FileSpec) -> bytes:
     """The bytes of the raw file ``path`` (of ``spec``), decompressed if gzip.
 
     Decompressing Fashion-MNIST's training images costs ≈ 0.5 s in every job that reads them. A gzip file
-    whose bytes are verified to decompress to ``spec.content_md5`` (the official archive's md5, or the
-    remembered pair of a repackaged one) takes its content from the user's cache (``decompressed/<content
-    md5>`` in ``$XDG_CACHE_HOME/fedbayes``, or ``$FEDBAYES_DECOMPRESSED_CACHE``), used only when its own md5
-    is that content md5 (a damaged cache file is decompressed again and replaced). Any other file is read
-    as it is."""
-    if not (spec.is_gz and spec.content_md5):
-        return read_bytes(path)
-    got = md5_file(path)
-    if got != spec.md5 and _gz_memo().get(got) != spec.content_md5:
+    that verifies (``check_file``: the official archive's md5, or the remembered pair of a repackaged one;
+    the loader's own verification has just hashed it) takes its content from the user's cache
+    (``decompressed/<content md5>`` in ``$XDG_CACHE_HOME/fedbayes``, or ``$FEDBAYES_DECOMPRESSED_CACHE``),
+    used only when its own md5 is ``spec.content_md5`` (a damaged cache file is decompressed again and
+    replaced). Any other file is read as it is."""
+    if not (spec.is_gz and spec.content_md5) or check_file(path, spec) is not None:
         return read_bytes(path)
     cached = _decompressed_path(spec.content_md5)
     try:

@@ -149,7 +149,8 @@ def mean_line(ax, h, band: bool, color: str, linestyle: str, label: str) -> None
     standard deviation (ddof 1; none for one seed) shaded: what ``seaborn.lineplot(errorbar="sd")`` draws,
     at half a table job's CPU time (its per-call grouping and legend work, 100 lines in Table 1)."""
     g = h.groupby("round")["value"]
-    rounds, mean = g.mean().index.to_numpy(), g.mean().to_numpy()
+    m = g.mean()
+    rounds, mean = m.index.to_numpy(), m.to_numpy()
     ax.plot(rounds, mean, color=color, linestyle=linestyle, linewidth=1.2, label=label)
     if band:
         sd = g.std().to_numpy()

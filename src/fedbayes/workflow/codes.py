@@ -70,7 +70,7 @@ def imported_names(text: str, name: str, is_package: bool) -> list[str]:
 def imports_of(path: Path, name: str, modules: dict) -> set[str]:
     """The package modules the module ``name`` (file ``path``) imports, wherever the statement is; a
     relative import resolved against its package; each name resolved to the longest existing module."""
-    return {t for n in _imported_names(path, name) if (t := _longest(n, modules)) and t != name}
+    return {t for n in _CACHE.names(path, name) if (t := _longest(n, modules)) and t != name}
 
 
 IMPORTS_CACHE_ENV = "FEDBAYES_IMPORTS_CACHE"
@@ -129,9 +129,6 @@ class _ImportsCache:
 
 _CACHE = _ImportsCache()
 
-
-def _imported_names(path: Path, name: str) -> list[str]:
-    return _CACHE.names(path, name)
 
 
 def closure(entries, root: Path = ROOT) -> list[Path]:
