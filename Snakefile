@@ -10,6 +10,7 @@ from snakemake.utils import min_version, update_config
 
 from fedbayes.study import ConfigError, as_read, check_implementations, load_params_text, validate
 from fedbayes.study.memo import share_for_good
+from fedbayes.workflow import plan
 from fedbayes.workflow.scheduler import one_pending_reevaluation
 from fedbayes.fileio import load_yaml
 from fedbayes.frontdoor import check_device, environment_problems
@@ -43,7 +44,9 @@ report: "workflow/report/workflow.rst"
 # dotted key (ConfigError), before the DAG is built: no job starts and nothing is written.
 try:   # each problem in its own line, naming the key; exit 1 before any job
     as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
-    validate(config, load_yaml(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
+    # (the configuration an earlier plan here validated and stamped, unchanged, with this code: not again)
+    if not plan.validated_before(config):
+        validate(config, load_yaml(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
     # An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
     # not in each of its training jobs (it imports torch; the jobs' own validation does not).
     check_implementations(config)

@@ -131,6 +131,7 @@ ENV_CASES = {
     "FEDBAYES_VERIFIED_CACHE": ("{dir}", ["methods"], 0),
     "FEDBAYES_DECOMPRESSED_CACHE": ("/nonexistent/cache", ["methods"], 0),   # read by training jobs (test_data.py)
     "FEDBAYES_IMPORTS_CACHE": ("{dir}", ["methods"], 0),   # read by Snakemake's planning (test_workflow_plan.py)
+    "FEDBAYES_NUMERICS_CACHE": ("/nonexistent/cache", ["methods"], 0),   # read by numerics-check --remember (test_replay.py)
     "XDG_CACHE_HOME": ("/nonexistent/cache", ["methods"], 0),
     "ATEN_CPU_CAPABILITY": ("garbage", ["methods"], 0),
     "ONEDNN_MAX_CPU_ISA": ("garbage", ["methods"], 0),

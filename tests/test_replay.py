@@ -236,6 +236,50 @@ def test_the_workflows_numerics_check_adopts_same_numbers_and_names_the_first_ot
         f"fedprox: no numerics golden {empty / golden_name('fedprox')} and no run configuration to make one")
 
 
+def test_a_pass_is_remembered_across_clones_for_the_same_code_golden_bytes_and_class(tmp_path, monkeypatch):
+    """``numerics-check --remember`` (the workflow's job): a golden this very code replayed bit for bit on
+    this machine class is not replayed again in another clone (another record folder); another golden byte,
+    another code fingerprint (a source edited, another class or library version) or a failed check is
+    replayed; without ``passed`` every check replays."""
+    import fedbayes.engine.goldens as goldens
+    from fedbayes.engine.goldens import golden_name, numerics_check
+
+    empty, passed = tmp_path / "none", tmp_path / "passed"
+    hp = {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "local_epochs": 1}
+    first = tmp_path / "clone1" / "fedavg.json"
+    assert numerics_check("fedavg", empty, first, hp) is None   # a baseline (no committed golden here)
+    baseline = first.parent / golden_name("fedavg")
+    assert not passed.exists()                                  # a baseline written is not a pass
+    replays = []
+    real = goldens.golden_diffs
+    monkeypatch.setattr(goldens, "golden_diffs", lambda g, tmp: replays.append(1) or real(g, tmp))
+
+    def check(record, **kw):
+        record.parent.mkdir(parents=True, exist_ok=True)
+        if not (record.parent / baseline.name).exists():
+            (record.parent / baseline.name).write_bytes(baseline.read_bytes())
+        n = len(replays)
+        problem = numerics_check("fedavg", empty, record, **kw)
+        return problem, len(replays) - n
+
+    assert check(tmp_path / "clone1" / "fedavg.json", passed=passed) == (None, 1)   # replayed, marked
+    assert len(list(passed.glob("*.json"))) == 1
+    got = check(tmp_path / "clone2" / "fedavg.json", passed=passed)                # another clone: remembered
+    assert got == (None, 0) and json.loads((tmp_path / "clone2/fedavg.json").read_text())["result"] == "bit-identical"
+    assert check(tmp_path / "clone3" / "fedavg.json") == (None, 1)                 # not asked to remember
+    # another golden byte: replayed (and its failure neither marked nor recorded)
+    g = json.loads(baseline.read_text())
+    g["history"][2]["train/loss"] = "0.123"
+    (tmp_path / "clone4").mkdir()
+    (tmp_path / "clone4" / baseline.name).write_text(json.dumps(g))
+    problem, n = check(tmp_path / "clone4" / "fedavg.json", passed=passed)
+    assert n == 1 and problem.startswith("fedavg's numbers changed without a numerics version bump")
+    assert len(list(passed.glob("*.json"))) == 1 and not (tmp_path / "clone4/fedavg.json").exists()
+    # other code (an edited source, another class: the fingerprint): replayed
+    monkeypatch.setattr(goldens, "code_fingerprint", lambda m: "0" * 16 + "/-/v1.1/other")
+    assert check(tmp_path / "clone5" / "fedavg.json", passed=passed) == (None, 1)
+
+
 def test_a_baseline_this_code_wrote_on_another_class_gates_no_one_who_changed_nothing(tmp_path, monkeypatch):
     """The workflow's own baseline (a run's path no committed golden covers) written on one machine class and
     replayed on another by the same code: its differences are the machine's alone, even where its training

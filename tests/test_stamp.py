@@ -93,3 +93,42 @@ def test_a_problem_names_the_file_given(effective):
     other.write_text(json.dumps(params, indent=1))
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(other))} (is invalid|does not match)"):
         load_params(other)
+
+
+def test_the_code_key_covers_the_papers_published_values(monkeypatch, tmp_path):
+    """Validation reads papers/<paper>/published.yaml (a table's ``published`` names one of its tables)."""
+    (tmp_path / "p/x").mkdir(parents=True)
+    (tmp_path / "p/x/published.yaml").write_text("tables: {t1: {}}\n")
+    monkeypatch.setattr(stamp, "PAPERS", tmp_path / "p")
+    before = stamp.code_key(None)
+    (tmp_path / "p/x/published.yaml").write_text("tables: {t2: {}}\n")
+    assert stamp.code_key(None) != before
+
+
+def test_the_planner_validates_a_configuration_once_per_folder_and_code(repo, tmp_path, monkeypatch):
+    """The Snakefile skips validating the configuration an earlier plan of the folder validated and stamped
+    (``plan.validated_before``): the same text, the same code. An edited value, other code, a damaged stamp
+    or a configuration that names no folder is validated."""
+    (tmp_path / "workflow/schemas").mkdir(parents=True)
+    schema = tmp_path / "workflow/schemas/params.schema.yaml"
+    shutil.copy(repo / "workflow/schemas/params.schema.yaml", schema)
+    monkeypatch.chdir(tmp_path)
+    config = load_params(repo / "params.yaml")
+    assert not plan.validated_before(config)            # no plan here yet
+    effective = plan.effective_path(config)              # what the Snakefile writes after validating
+    effective.parent.mkdir(parents=True)
+    effective.write_text(plan.effective_text(config))
+    assert not plan.validated_before(config)            # written, not stamped
+    stamp.write_stamp(effective, schema)
+    assert plan.validated_before(config)
+    edited = json.loads(json.dumps(config))
+    edited["methods"]["fedavg"]["lr"] = -1.0
+    assert not plan.validated_before(edited)
+    monkeypatch.setattr(stamp, "_plugin_sources", lambda: [("fedbayes.methods", "mine", "mine.spec:SPEC", "mine", "1", "x")])
+    assert not plan.validated_before(config)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert plan.validated_before(config)
+    stamp.stamp_path(effective).write_text("{not json")
+    assert not plan.validated_before(config)
+    assert not plan.validated_before({"experiments": []})   # too broken to name its folder

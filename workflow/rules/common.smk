@@ -23,7 +23,7 @@ RAW, PART, RUNS, WORK, REPORTS = (PATHS[k] for k in ("raw", "partitions", "runs"
 
 # The CLI reads the effective configuration (params.yaml plus --config overrides) from this file;
 # rewritten only when its content changes, so it never triggers reruns by itself.
-EFFECTIVE = Path(WORK) / "params.effective.yaml"
+EFFECTIVE = plan.effective_path(config)   # <work>/params.effective.yaml
 if not EFFECTIVE.exists() or EFFECTIVE.read_text() != plan.effective_text(config):
     EFFECTIVE.parent.mkdir(parents=True, exist_ok=True)
     EFFECTIVE.write_text(plan.effective_text(config))

@@ -28,7 +28,7 @@ rule numerics_check:
     params:
         paths=lambda wc: [json.dumps({"method": m, "hparams": json.loads(h)}) for m, hs in INPUTS.numerics_gate[1].items() for h in hs],
         methods=lambda wc: list(INPUTS.numerics_gate[1]),
-        cmd=f"{FEDBAYES} numerics-check --goldens {shlex.quote(str(GOLDENS))} --work {shlex.quote(WORK)} --due-only",
+        cmd=f"{FEDBAYES} numerics-check --goldens {shlex.quote(str(GOLDENS))} --work {shlex.quote(WORK)} --due-only --remember",
     log:
         f"{WORK}/logs/numerics/check-{{key}}.log",
     shell:  # every due code path's check in turn, in one process (one line if this machine rounds differently), then the gate

@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("methods", nargs="*", help="method keys (one process for all)")
     sp.add_argument("--all", action="store_true", help="every installed method with a committed golden")
     sp.add_argument("--due-only", action="store_true", help="only the methods whose code changed since their last check")
+    sp.add_argument("--remember", action="store_true", help="skip a golden that this very code (every package source, "
+                    "the numerics versions) already replayed bit for bit on this machine class, in any clone; passes "
+                    "are kept in ~/.cache/fedbayes/numerics-passed ($FEDBAYES_NUMERICS_CACHE moves it)")
     sp.add_argument("--goldens", default="tests/golden/numerics", help="the committed numerics goldens "
                     "(default: %(default)s)")
     sp.add_argument("--work", default="work", help="where each check's record goes: <work>/numerics/<method>.json "

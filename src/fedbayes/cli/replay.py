@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from fedbayes.engine.goldens import numerics_check
 from fedbayes.engine.replay import history_gap, record_replay, unrecordable
 from fedbayes.engine.replay_verdict import replay_verdict
-from fedbayes.fileio import write_text_atomic
+from fedbayes.fileio import user_cache_dir, write_text_atomic
 from fedbayes.methods.failure import format_traceback, method_failure
 from fedbayes.ownership import check_own_kind, json_with
 from fedbayes.provenance import code_identity
@@ -76,6 +77,15 @@ def record_file(args, method: str) -> Path:
     return Path(args.record) if args.record else Path(args.work) / "numerics" / f"{method}.json"
 
 
+NUMERICS_CACHE_ENV = "FEDBAYES_NUMERICS_CACHE"
+
+
+def passed_folder() -> Path:
+    """Where ``--remember`` keeps bit-for-bit passes (``engine.goldens.passed_mark``): ``numerics-passed`` in
+    the user's cache, or ``$FEDBAYES_NUMERICS_CACHE``."""
+    return Path(os.environ.get(NUMERICS_CACHE_ENV) or user_cache_dir() / "numerics-passed")
+
+
 def cmd_numerics_check(args) -> None:
     """The workflow's numerics rule (engine.goldens.numerics_check) for one or more methods in one process:
     exit 0 with each method's check recorded (one line when this machine rounds differently from the
@@ -122,7 +132,7 @@ def cmd_numerics_check(args) -> None:
         if args.due_only and not check_due(m, record, hp):
             continue
         try:
-            problem = numerics_check(m, args.goldens, record, hp)
+            problem = numerics_check(m, args.goldens, record, hp, passed=passed_folder() if args.remember else None)
         except Exception as e:   # an exception in the method's own code: one line naming it, file and line
             failed = method_failure(m, e, during="replaying its numerics golden")
             if failed is None:

@@ -219,12 +219,15 @@ def class_golden(path: Path, goldens: str | Path, slug: str) -> Path | None:
     return own if own.exists() else None
 
 
-def check_golden(path: Path, goldens: str | Path, tmp: str | Path) -> tuple[dict, dict]:
+def check_golden(path: Path, goldens: str | Path, tmp: str | Path,
+                 passed: tuple[Path, str] | None = None) -> tuple[dict, dict]:
     """Replay one golden with the code at hand on this machine. Returns (the golden, the verdict):
     ``{"mode": "bits" | "round-off", "outside": [...], "worst": line, "fraction": float, "class": id,
     "history": rows computed}``. Bit for bit against a golden of this machine's class (the golden itself,
     or a committed one of this class beside it); within the round-off envelope (``engine.roundoff``)
-    against one of another class."""
+    against one of another class. ``passed``: (a folder of bit-for-bit passes, the code's fingerprint):
+    a bit-for-bit check this code already passed on this class against these very golden bytes
+    (``passed_mark``) is not replayed, and a new pass is marked there."""
     here = machine_class()
     golden = json.loads(Path(path).read_text())
     # this class's golden beside it: a committed one (``goldens``), or the one the workflow recorded beside
@@ -235,10 +238,31 @@ def check_golden(path: Path, goldens: str | Path, tmp: str | Path) -> tuple[dict
         path, golden = own, json.loads(own.read_text())
     cls = golden_class(golden, path)
     if same_class(cls, here):
-        return golden, {"mode": "bits", "outside": golden_diffs(golden, tmp), "class": class_id(cls), "golden": str(path)}
+        verdict = {"mode": "bits", "outside": [], "class": class_id(cls), "golden": str(path)}
+        mark = passed_mark(passed[0], passed[1], Path(path)) if passed else None
+        if mark is not None and mark.exists():
+            return golden, verdict
+        verdict["outside"] = golden_diffs(golden, tmp)
+        if mark is not None and not verdict["outside"]:
+            try:   # best effort: an unwritable cache costs a replay next time
+                mark.parent.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(mark, json.dumps({"golden": str(path), "fingerprint": passed[1],
+                                                    "machine": class_id(here)}) + "\n")
+            except OSError:
+                pass
+        return golden, verdict
     outside, worst_line, worst, got = roundoff_diffs(golden, tmp)
     return golden, {"mode": "round-off", "outside": outside, "worst": worst_line, "fraction": worst, "history": got,
                     "class": class_id(cls) if cls else "not recorded", "golden": str(path)}
+
+
+def passed_mark(folder: Path, fingerprint: str, golden: Path) -> Path:
+    """The mark of a bit-for-bit pass: ``<folder>/<sha256 of the code fingerprint and the golden's bytes>``.
+    The fingerprint (``code_fingerprint``) holds every source file of the package, a plug-in's, the
+    numerics versions and the machine class with its library versions; the same code replaying the same
+    golden on the same class computes the same bits, so a pass marked in one clone holds in another."""
+    h = hashlib.sha256(fingerprint.encode() + b"\0" + golden.read_bytes())
+    return Path(folder) / f"{h.hexdigest()[:32]}.json"
 
 
 def baselines_of_this_code(method: str, record: str | Path) -> set[str]:
@@ -259,7 +283,8 @@ def baselines_of_this_code(method: str, record: str | Path) -> set[str]:
         return set()
 
 
-def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams: dict | None = None) -> str | None:
+def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams: dict | None = None,
+                   passed: str | Path | None = None) -> str | None:
     """Replay every numerics golden of the method (one per code path its runs take, ``golden_files``) with
     the code at hand (``check_golden``: bit for bit on the golden's machine class, within round-off on
     another). The same numbers → write ``record`` (the code's fingerprint, the machine class, the
@@ -270,17 +295,18 @@ def numerics_check(method: str, goldens: str | Path, record: str | Path, hparams
     The goldens are the committed ones in ``goldens``, and the workflow's own baselines beside
     ``record``: a run whose ``hparams`` take a path no golden covers (a plug-in, a version bumped without
     writing one, a new option) gets one on its first check, from its configuration shrunk to
-    ``GOLDEN_SIZES``."""
+    ``GOLDEN_SIZES``. ``passed``: a folder of bit-for-bit passes shared by clones (``check_golden``)."""
     record = Path(record)
     here = machine_class()
     files = golden_files(method, goldens, record.parent)
     tag = run_tag(method, hparams) if hparams is not None else None
     vouched = baselines_of_this_code(method, record)
+    marks = (Path(passed), code_fingerprint(method)) if passed else None
     with tempfile.TemporaryDirectory() as tmp:
         seen, result, roundoffs = [], "bit-identical", []
         for path in files:
             try:
-                golden, v = check_golden(path, goldens, tmp)
+                golden, v = check_golden(path, goldens, tmp, marks)
             except (ValueError, KeyError, TypeError, OSError) as e:
                 if raised_in_method(method, e) is not None:
                     raise   # the method's own code failed replaying it: not an unreadable golden

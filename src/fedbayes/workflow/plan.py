@@ -13,14 +13,34 @@ from pathlib import Path
 import yaml
 
 from fedbayes.fileio import load_yaml
+from fedbayes.frontdoor import ConfigError
 from fedbayes.study import split_variant
-from fedbayes.study import comparable_experiments, experiment_config
+from fedbayes.study import comparable_experiments, experiment_config, paths
+from fedbayes.study.schema import schema_file
+from fedbayes.study.stamp import validated_before as stamped_before
 
 
 def effective_text(config: dict) -> str:
     """The text of the effective configuration the CLI reads (work/params.effective.yaml): JSON, keys in
     params.yaml's order (an experiment's methods are the order of its reports' rows)."""
     return json.dumps(config, indent=1)
+
+
+def effective_path(config: dict) -> Path:
+    """Where the effective configuration lives: ``<work>/params.effective.yaml`` (paths.work at the scale)."""
+    return Path(paths(config)["work"]) / "params.effective.yaml"
+
+
+def validated_before(config: dict) -> bool:
+    """Whether an earlier plan of this folder validated this very configuration with this code: its effective
+    file holds ``effective_text(config)`` and the stamp beside it matches (``study.stamp``: the file's bytes,
+    fedbayes' sources, the papers' published values, the schema, the plug-ins). The planner then skips
+    validating it again; any other configuration, or one too broken to name its folder, is validated."""
+    try:
+        effective = effective_path(config)
+        return stamped_before(effective, effective_text(config), schema_file(effective))
+    except (ConfigError, KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def experiment_datasets(params: dict, experiment: str) -> list[str]:
