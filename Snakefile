@@ -66,9 +66,10 @@ one_pending_reevaluation()   # Snakemake's scheduler: one pending wake-up, not o
 
 
 # Warm jobs (fedbayes.cli.warm): where the jobs run on this machine, one process keeps PyTorch imported and
-# forks each `fedbayes` command of the build (the same result, ≈ 2.5 CPU-s less a job). FEDBAYES_WARM=0: off.
+# forks each `fedbayes` command of the build (the same result, ≈ 2.5 CPU-s less a job), for a build of enough
+# jobs to repay the server's start (3 or fewer, and no checkpoint: each runs itself). FEDBAYES_WARM=0: off.
 onstart:
-    start_warm(WORK) if workflow.local_exec else None
+    start_warm(WORK, workflow.dag.needrun_jobs()) if workflow.local_exec else None
 
 
 onsuccess:

@@ -402,14 +402,27 @@ def _reap(waiting: dict[int, socket.socket], block: bool = False) -> None:
 _started: tuple[str, Path] | None = None
 
 
-def start(logdir: str | os.PathLike) -> str | None:
+# A server costs ≈ 3.8 CPU-s (its imports and start) and saves ≈ 2.5 a job after the first, which runs itself
+# while the server starts: a build of one job through warm servers took 8.5 CPU-s, 4.7 without.
+MIN_JOBS = 4
+
+
+def worth_a_server(jobs) -> bool:
+    """Whether a build's planned jobs (``workflow.dag.needrun_jobs()`` at ``onstart``) repay the servers:
+    ``MIN_JOBS`` or more, or a checkpoint among them (the jobs after it are planned only once it has run)."""
+    jobs = list(jobs)
+    return len(jobs) >= MIN_JOBS or any(job.rule.is_checkpoint for job in jobs)
+
+
+def start(logdir: str | os.PathLike, jobs=None) -> str | None:
     """Make the folder of this build's servers (the Snakefile's ``onstart``) and point this process's
     environment, which the jobs inherit, at it; the servers' logs go to ``logdir``/warm.log at ``stop``.
-    Off where ``FEDBAYES_WARM`` is already set (``0``: off; a folder: that one's servers)."""
+    Off where ``FEDBAYES_WARM`` is already set (``0``: off; a folder: that one's servers), and for a build
+    whose planned ``jobs`` (given) are too few to repay a server (``worth_a_server``): each runs itself."""
     import tempfile
 
     global _started
-    if os.environ.get(WARM_ENV):
+    if os.environ.get(WARM_ENV) or (jobs is not None and not worth_a_server(jobs)):
         return None
     folder = tempfile.mkdtemp(prefix=f"fedbayes-warm-{os.getpid()}-", dir="/tmp")
     Path(folder, "owner").write_text(str(os.getpid()))
