@@ -45,7 +45,8 @@ report: "workflow/report/workflow.rst"
 try:   # each problem in its own line, naming the key; exit 1 before any job
     as_read(config, Path(workflow.basedir, "params.yaml"))  # the earlier layout upgraded, params.smoke.yaml laid in
     # (the configuration an earlier plan here validated and stamped, unchanged, with this code: not again)
-    if not plan.validated_before(config):
+    VALIDATED_BEFORE = plan.validated_before(config)
+    if not VALIDATED_BEFORE:
         validate(config, load_yaml(Path(workflow.basedir, "workflow/schemas/params.schema.yaml").read_text()))
     # An installed method whose implementation cannot be imported (a missing dependency): refused here, once,
     # not in each of its training jobs (it imports torch; the jobs' own validation does not).

@@ -27,8 +27,10 @@ EFFECTIVE = plan.effective_path(config)   # <work>/params.effective.yaml
 if not EFFECTIVE.exists() or EFFECTIVE.read_text() != plan.effective_text(config):
     EFFECTIVE.parent.mkdir(parents=True, exist_ok=True)
     EFFECTIVE.write_text(plan.effective_text(config))
-# validated above (the Snakefile): stamped so, the jobs trust it instead of validating it again
-write_stamp(EFFECTIVE, schema_file(EFFECTIVE))
+# validated above (the Snakefile): stamped so, the jobs trust it instead of validating it again (a configuration
+# validated before is that very file, its stamp already this code's)
+if not VALIDATED_BEFORE:
+    write_stamp(EFFECTIVE, schema_file(EFFECTIVE))
 # Each rule's software (`snakemake --use-conda`): fedbayes and its dependencies; by default the venv this
 # workflow runs in (its path is relative to the rule files in workflow/rules/).
 CONDA_ENV = "../envs/fedbayes.yaml"
