@@ -158,6 +158,8 @@ def test_every_environment_variable_read_is_enumerated():
                 names |= set(re.findall(r'"([A-Z][A-Z0-9_]*)"', line))
             names |= set(re.findall(r'environ(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]*)"', line))
             names |= {constants.get(c, c) for c in re.findall(r"environ(?:\.get\(|\[)\s*(\w+_ENV)\b", line)}
+            # a cache entry a variable moves (fileio.user_cache_path("<name>", X_ENV))
+            names |= {constants.get(c, c) for c in re.findall(r"user_cache_path\([^)]*?,\s*(\w+_ENV)\)", line)}
     names |= {constants[c] for c in constants if c in ("MIRRORS_ENV", "GZ_MEMO_ENV", "OFFLINE_ENV")}
     from fedbayes import NUMERICS_ENV
 

@@ -113,6 +113,11 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedbayes"
 
 
+def user_cache_path(name: str, env: str) -> Path:
+    """An entry of the user's cache: ``$<env>`` where set (it moves the entry), else ``user_cache_dir()/name``."""
+    return Path(os.environ[env]) if os.environ.get(env) else user_cache_dir() / name
+
+
 def temp_path(path: str | Path, keep_suffix: bool = False) -> Path:
     """A temporary name beside ``path`` that no other process uses (its pid in the name), so two writers
     of one file never write into the same temporary file: ``<name>.<pid>.tmp``, or with ``keep_suffix``

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from fedbayes.engine.goldens import numerics_check
 from fedbayes.engine.replay import history_gap, record_replay, unrecordable
 from fedbayes.engine.replay_verdict import replay_verdict
-from fedbayes.fileio import user_cache_dir, write_text_atomic
+from fedbayes.fileio import user_cache_path, write_text_atomic
 from fedbayes.methods.failure import format_traceback, method_failure
 from fedbayes.ownership import check_own_kind, json_with
 from fedbayes.provenance import code_identity
@@ -83,7 +82,7 @@ NUMERICS_CACHE_ENV = "FEDBAYES_NUMERICS_CACHE"
 def passed_folder() -> Path:
     """Where ``--remember`` keeps bit-for-bit passes (``engine.goldens.passed_mark``): ``numerics-passed`` in
     the user's cache, or ``$FEDBAYES_NUMERICS_CACHE``."""
-    return Path(os.environ.get(NUMERICS_CACHE_ENV) or user_cache_dir() / "numerics-passed")
+    return user_cache_path("numerics-passed", NUMERICS_CACHE_ENV)
 
 
 def cmd_numerics_check(args) -> None:

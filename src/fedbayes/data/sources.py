@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from fedbayes.fileio import user_cache_dir
+from fedbayes.fileio import user_cache_path
 
 from .idx import read_bytes
 
@@ -114,9 +114,7 @@ GZ_MEMO_ENV = "FEDBAYES_VERIFIED_CACHE"
 def _gz_memo_path() -> Path:
     """Where the md5 → decompressed-md5 pairs of verified gzip files are remembered (outside the data
     directories, which are DVC outputs)."""
-    if os.environ.get(GZ_MEMO_ENV):
-        return Path(os.environ[GZ_MEMO_ENV])
-    return user_cache_dir() / "verified-gz.json"
+    return user_cache_path("verified-gz.json", GZ_MEMO_ENV)
 
 
 def _memo_key() -> bytes | None:
@@ -188,8 +186,7 @@ DECOMPRESSED_ENV = "FEDBAYES_DECOMPRESSED_CACHE"
 
 
 def _decompressed_path(content_md5: str) -> Path:
-    base = Path(os.environ[DECOMPRESSED_ENV]) if os.environ.get(DECOMPRESSED_ENV) else user_cache_dir() / "decompressed"
-    return base / content_md5
+    return user_cache_path("decompressed", DECOMPRESSED_ENV) / content_md5
 
 
 def read_content(path: Path | str, spec: FileSpec) -> bytes:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import fedbayes
 from fedbayes.data import DATASETS
-from fedbayes.fileio import user_cache_dir
+from fedbayes.fileio import user_cache_path
 
 ROOT = Path(fedbayes.__file__).parent
 
@@ -78,9 +78,7 @@ CACHE_ENTRIES = 4000   # the most remembered modules (≈ 170 a version of the p
 
 
 def imports_cache_path() -> Path:
-    if os.environ.get(IMPORTS_CACHE_ENV):
-        return Path(os.environ[IMPORTS_CACHE_ENV])
-    return user_cache_dir() / "imports.json"
+    return user_cache_path("imports.json", IMPORTS_CACHE_ENV)
 
 
 class _ImportsCache:
