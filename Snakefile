@@ -11,6 +11,7 @@ from snakemake.utils import min_version, update_config
 from fedbayes.study import ConfigError, as_read, check_implementations, load_params_text, validate
 from fedbayes.study.memo import share_for_good
 from fedbayes.workflow import plan
+from fedbayes.workflow.overrides import name_given, read_as_params
 from fedbayes.workflow.scheduler import one_pending_reevaluation
 from fedbayes.fileio import load_yaml
 from fedbayes.frontdoor import check_device, environment_problems
@@ -29,10 +30,12 @@ try:
 except ConfigError as e:   # the problem alone, without Snakemake's "in file Snakefile, line …" and frames
     sys.exit(str(e))
 workflow.configfiles.append("params.yaml")
+# --config values read as params.yaml's are (Snakemake keeps a nested one a string: seeds=[0,1] gives '0', '1')
+OVERRIDES = read_as_params(workflow.config_settings.overwrite_config or {})
 if not (workflow.config_settings.replace_workflow_config and workflow.config_settings.overwrite_config):
     config.clear()
     update_config(config, _params_yaml)
-    update_config(config, workflow.config_settings.overwrite_config)
+update_config(config, OVERRIDES)
 
 
 # `snakemake --report report.html`: the results as a browsable site (outputs marked with report() in
@@ -58,8 +61,8 @@ try:   # each problem in its own line, naming the key; exit 1 before any job
     # Environment variables set to a value fedbayes cannot use: every job would fail on them.
     if environment_problems():
         raise ConfigError("; ".join(environment_problems()))
-except ConfigError as e:
-    sys.exit(str(e))
+except ConfigError as e:   # a problem in a value typed on the command line is said to be one
+    sys.exit(name_given(str(e), OVERRIDES))
 # config is not edited from here on: each experiment, overlay and method block is resolved once for the
 # whole planning (the input functions ask for them thousands of times, again after each checkpoint).
 share_for_good()

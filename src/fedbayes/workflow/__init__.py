@@ -8,6 +8,7 @@ defines no rule: `snakemake --lint` is clean) and call these.
 - ``staleness``: why a finished run, metrics file or selection is to be made again;
 - ``plan``: tables' runs, data availability, sweep reports, MLflow import groups, report categories;
 - ``numerics``: the numerics gate (a job, not a subprocess of planning) that a code change meets;
+- ``overrides``: the command line's ``--config`` values read as params.yaml's are, and problems in them named;
 - ``scheduler``: Snakemake's scheduler woken by one pending timer, not one a pass (installed by the Snakefile);
 - ``inputs``: the input functions that hold a planning's state or decide between cases (markers and their
   forced jobs, the gate, stale runs and metrics, the runs a table reads), built on the four above.
