@@ -720,6 +720,21 @@ def test_anchors_aliases_and_merge_keys_load_as_before(repo):
         "a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}, "c": {"x": 1, "y": 2}}
 
 
+def test_exponent_numbers_without_a_dot_are_numbers(tmp_path, repo):
+    """`lr: 1e-3` is a number, as YAML 1.2, DVC and the user read it (PyYAML's YAML 1.1 rules alone left the
+    string '1e-3', refused as "'1e-3' is not of type 'number'"); integers, dotted floats and strings as before."""
+    from fedbayes.fileio import load_yaml
+
+    assert load_yaml("a: 1e-3\nb: -2E+4\nc: 5\nd: 1.0e-4\ne: '1e-3'\nf: 1_000\ng: e5\nh: .5e1\ni: 0x1f") == {
+        "a": 1e-3, "b": -2e4, "c": 5, "d": 1e-4, "e": "1e-3", "f": 1000, "g": "e5", "h": 5.0, "i": 31}
+    assert type(load_yaml("x: 7")["x"]) is int
+    text = (repo / "params.yaml").read_text()
+    assert "lr: 0.001," in text
+    f = write_params(tmp_path, repo, text.replace("lr: 0.001,", "lr: 1e-3,", 1))
+    validate(load_params(f), yaml.safe_load((repo / "workflow/schemas/params.schema.yaml").read_text()))
+    assert load_params(f)["experiments"] == load_params(repo / "params.yaml")["experiments"]   # the same: no rerun
+
+
 BOMB = ("    lol: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(  # 10^9 strings once expanded
     f"    lol{i}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 10)}]\n" for i in range(1, 9)))
 MERGE_BOMB = "    m0: &m0 {a: 1, b: 2}\n" + "".join(  # merge keys multiply in construction itself

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 from contextlib import contextmanager
@@ -51,7 +52,13 @@ def _yaml_loader():
                             f"{first.start_mark.line + 1}); a YAML mapping takes each key once")
             return super().construct_mapping(node, deep=deep)
 
+    # a number in exponent form without a dot (`1e-3`, `2E+4`) is a float, as in YAML 1.2 (and DVC, which reads
+    # params.yaml too); PyYAML's YAML 1.1 rules leave it a string that the schema then refuses as not a number
+    CheckedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789."))
     return CheckedLoader
+
+
+_EXPONENT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
 
 
 def _check_alias_expansion(root, yaml) -> None:
