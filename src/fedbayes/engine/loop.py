@@ -30,6 +30,7 @@ import torch
 
 from fedbayes.study import method_defaults, numerics
 from fedbayes.engine import seeds
+from fedbayes.engine.clientstates import CLIENTS_DIR, ClientStates, missing_files
 from fedbayes.engine.memory import keep_freed_memory
 from fedbayes.fileio import atomic_target
 from fedbayes.frontdoor import check_device
@@ -195,6 +196,8 @@ def _resumable(path: Path, key: str, device, log, method: str | None = None) -> 
             why = f"another configuration ({state.get('config_hash')} != {key})"
         elif state.get("code") != resume_key(method):
             why = f"written by other code ({state.get('code')}; this is {resume_key(method)})"
+        elif lost := missing_files(state.get("clients", []), path.parent):
+            why = f"its clients' states {CLIENTS_DIR}/{lost[0]} (and {len(lost) - 1} more) are missing"
     if why is None:
         return state
     aside = path.with_name(path.name + ".set-aside")
@@ -261,6 +264,7 @@ def discard_partial(out: Path) -> None:
     itself if nothing else is in it."""
     (out / CHECKPOINT).unlink(missing_ok=True)
     shutil.rmtree(out / ROUNDS_DIR, ignore_errors=True)
+    shutil.rmtree(out / CLIENTS_DIR, ignore_errors=True)
     if not any((out / f).exists() for f in ("run.json", "history.csv")):
         for f in ("predictions.npz", "posterior.pt"):
             (out / f).unlink(missing_ok=True)
@@ -304,6 +308,8 @@ def _run_federated(run: RunSpec, data: RunData, out: Path, device: torch.device,
     if state is None:
         started = _now()
         server, client_states = method.init_state(fm.flat_params())
+        client_states = ClientStates(client_states, out, device)
+        client_states.discard()   # an earlier training's (its checkpoint set aside)
         start, history, wall = 1, [], 0.0
         shutil.rmtree(out / ROUNDS_DIR, ignore_errors=True)   # an earlier training's kept predictions
         row, logp = _evaluate(method, server, data, 0, {}, log, cfg)
@@ -312,7 +318,7 @@ def _run_federated(run: RunSpec, data: RunData, out: Path, device: torch.device,
     else:
         # the first process's start (None: a checkpoint written before checkpoints kept it)
         started = state.get("started")
-        server, client_states = state["server"], state["clients"]
+        server, client_states = state["server"], ClientStates(state["clients"], out, device)
         start, history, wall = state["round"] + 1, state["history"], state["wall"]
         log(f"resuming from round {state['round']} ({ckpt_path})")
 
@@ -346,6 +352,7 @@ def _run_federated(run: RunSpec, data: RunData, out: Path, device: torch.device,
                 torch.manual_seed(seeds.torch_seed(*streams[i]))
                 msg, client_states[k], loss = method.client_update(
                     k, down, client_states[k], clients[k], seeds.rng(*streams[i]), rnd)
+            client_states.spill(rnd)   # its new state to its file once the states outgrow memory
             messages[k] = msg
             if local_eval and (w_local := method.local_weights(msg, down)) is not None:
                 local[k] = w_local
@@ -372,13 +379,15 @@ def _run_federated(run: RunSpec, data: RunData, out: Path, device: torch.device,
         history.append(row)
         _keep(out, rnd, logp, cfg)
         _atomic_save({"config_hash": key, "code": resume_key(run.method), "round": rnd, "server": server,
-                      "clients": client_states, "history": history, "wall": wall, "started": started}, ckpt_path)
+                      "clients": client_states.snapshot(), "history": history, "wall": wall, "started": started}, ckpt_path)
+        client_states.collect()    # the files this checkpoint no longer names
         if stop_after is not None and rnd >= stop_after:
             return history
 
     _write_outputs(out, cfg, key, history, server, data, device, sizes, diverged, started,
                    batched_rounds=batched_rounds)
     ckpt_path.unlink(missing_ok=True)
+    client_states.discard()
     return history
 
 
