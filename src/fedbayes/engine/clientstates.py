@@ -6,10 +6,10 @@ variate; a persistent client's Adam moments). With a large model and many client
 them all writes that much every round. Once the states held in memory pass ``SPILL_BYTES``, each state is
 written to its own file in the run's ``checkpoint.clients/`` folder as soon as its client has trained
 (``<k>.r<round>.pt``, a new name every round it changes) and read back when its client trains again, so
-memory holds about ``SPILL_BYTES`` of them. The round's checkpoint then
-names those files instead of holding the tensors, and a file is deleted only once a newer checkpoint no
-longer names it. A run killed at any point therefore resumes from a checkpoint whose files all exist. The
-tensors are saved and loaded as they are, so a run's numbers do not depend on where its states were kept.
+memory holds about ``SPILL_BYTES`` of them. The round's checkpoint names those files instead of holding
+the tensors, and a file is deleted only once a newer checkpoint no longer names it: a run killed at any
+point resumes from a checkpoint whose files all exist. The tensors are saved and loaded as they are, so a
+run's numbers do not depend on where its states were kept.
 """
 
 from __future__ import annotations
