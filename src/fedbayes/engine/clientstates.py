@@ -42,10 +42,14 @@ def nbytes(obj, seen: set | None = None) -> int:
     return 0
 
 
+def _named_file(state) -> str | None:
+    """The file a checkpoint's entry names in place of a state, or None (the entry is the state)."""
+    return state[_FILE] if isinstance(state, dict) and set(state) == {_FILE} else None
+
+
 def missing_files(states: list, out: Path) -> list[str]:
     """The files a checkpoint's client states name that are not in ``out/checkpoint.clients/``."""
-    return [s[_FILE] for s in states if isinstance(s, dict) and set(s) == {_FILE}
-            and not (Path(out) / CLIENTS_DIR / s[_FILE]).is_file()]
+    return [f for f in map(_named_file, states) if f is not None and not (Path(out) / CLIENTS_DIR / f).is_file()]
 
 
 class ClientStates:
@@ -59,11 +63,13 @@ class ClientStates:
         self._mem: list = []
         self._file: dict[int, str] = {}
         for k, s in enumerate(states):   # a checkpoint's entry may name a file
-            if isinstance(s, dict) and set(s) == {_FILE}:
-                self._file[k] = s[_FILE]
-                self._mem.append(None)
-            else:
-                self._mem.append(s)
+            name = _named_file(s)
+            if name is not None:
+                self._file[k] = name
+            self._mem.append(None if name is not None else s)
+        # at least the bytes held in memory (states set since the last count add theirs, replaced ones are not
+        # subtracted): ``spill`` counts them all again only once this passes the limit, not after every client
+        self._bound = nbytes(self._mem)
 
     def __len__(self) -> int:
         return len(self._mem)
@@ -76,13 +82,17 @@ class ClientStates:
     def __setitem__(self, k: int, state) -> None:
         self._mem[k] = state
         self._file.pop(k, None)   # its file stays until a checkpoint no longer names it (collect)
+        self._bound += nbytes(state)
 
     def spill(self, rnd: int) -> None:
         """In round ``rnd``, after a client's update: where the states in memory pass the limit, write each
         to its own file. A file the last checkpoint names is never overwritten: the new name holds the round."""
+        if self._bound <= self._spill:
+            return
         held = [k for k, s in enumerate(self._mem) if k not in self._file and nbytes(s) > 0]
         seen: set = set()
-        if sum(nbytes(self._mem[k], seen) for k in held) <= self._spill:
+        self._bound = sum(nbytes(self._mem[k], seen) for k in held)
+        if self._bound <= self._spill:
             return
         self._folder.mkdir(parents=True, exist_ok=True)
         for k in held:
@@ -90,6 +100,7 @@ class ClientStates:
             with atomic_target(self._folder / name) as tmp:
                 torch.save(self._mem[k], tmp)
             self._file[k], self._mem[k] = name, None
+        self._bound = 0
 
     def snapshot(self) -> list:
         """What a checkpoint saves: each state, or the name of the file that holds it."""
